@@ -1,0 +1,1 @@
+"""A content-addressed store shared safely by concurrent processes."""
