@@ -1,0 +1,297 @@
+"""Options from the command line, CACHED_DIST_* variables and a TOML file, in that precedence.
+
+One table (:data:`OPTIONS`) drives parsing, the environment, the config file, ``--help`` and
+the tests that check every option is documented, so the four can never disagree.
+"""
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import UsageError
+
+SUBCOMMANDS = ("stats", "clear", "trim", "verify")
+DEFAULT_MAX_SIZE = 5 * 2**30
+
+
+def default_jobs() -> int:
+    """The CPUs this process may use (affinity), not the machine's total."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def default_cache_dir(environ: Mapping[str, str]) -> str:
+    base = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "cached-dist")
+
+
+def default_config_file(environ: Mapping[str, str]) -> str:
+    base = environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return os.path.join(base, "cached-dist", "config.toml")
+
+
+_UNITS = {
+    "": 1,
+    "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
+    "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40,
+}  # fmt: skip
+
+
+def parse_size(text: str) -> int:
+    """'5G' = 5*10**9, '5Gi' = 5*2**30 (as ccache); a trailing 'B' is allowed."""
+    s = text.strip().lower().removesuffix("b")
+    number = s.rstrip("kmgti")
+    unit = s[len(number) :]
+    try:
+        value = float(number)
+    except ValueError:
+        raise ValueError(f"not a size: {text!r} (examples: 500M, 5G, 5Gi)") from None
+    if unit not in _UNITS or value < 0 or value != value:
+        raise ValueError(f"not a size: {text!r} (examples: 500M, 5G, 5Gi)")
+    return int(value * _UNITS[unit])
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise ValueError(f"must be at least 1, got {value}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"not a number: {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"must be between 0 and 1, got {text}")
+    return value
+
+
+def _path(text: str) -> str:
+    if not text:
+        raise ValueError("empty path")
+    return os.path.expanduser(text)
+
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def parse_bool(text: str) -> bool:
+    s = text.strip().lower()
+    if s in _TRUE:
+        return True
+    if s in _FALSE:
+        return False
+    raise ValueError(f"not a boolean: {text!r} (use 1/0, true/false, yes/no, on/off)")
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """One option: its flag, variable, config key, parser and help."""
+
+    name: str  # long flag without dashes; also the config-file key
+    help: str
+    convert: Callable[[str], Any] | None = None  # None: a flag (boolean)
+    metavar: str = ""
+    short: str = ""
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name
+
+    @property
+    def dest(self) -> str:
+        return self.name.replace("-", "_")
+
+    @property
+    def env(self) -> str:
+        return "CACHED_DIST_" + ("DIR" if self.name == "cache-dir" else self.dest.upper())
+
+
+OPTIONS: tuple[OptionSpec, ...] = (
+    OptionSpec("jobs", "backend compilations run at once (default: CPUs this process may use)",
+               _positive_int, "N", "-j"),
+    OptionSpec("verbose", "list each job: hit or miss, its key, how it was compiled", short="-v"),
+    OptionSpec("quiet", "no summary line; warnings and errors still print", short="-q"),
+    OptionSpec("debug", "show Python tracebacks for errors"),
+    OptionSpec("no-fallback", "do not compile locally what the inner distributor failed to do"),
+    OptionSpec("cache-dir", "cache directory (default: $XDG_CACHE_HOME/cached-dist)", _path, "DIR"),
+    OptionSpec("max-size", "cache size limit, e.g. 500M, 5G, 5Gi (default: 5Gi)", parse_size,
+               "SIZE"),
+    OptionSpec("disable", "do not read or write the cache: a plain distributor"),
+    OptionSpec("verify-hits", "recompile this fraction of hits and compare bytes (default: 0)",
+               _fraction, "FRACTION"),
+    OptionSpec("config", "TOML config file (default: $XDG_CONFIG_HOME/cached-dist/config.toml)",
+               _path, "FILE"),
+)  # fmt: skip
+BY_FLAG = {spec.flag: spec for spec in OPTIONS} | {s.short: s for s in OPTIONS if s.short}
+BY_NAME = {spec.name: spec for spec in OPTIONS}
+
+
+@dataclass
+class Options:
+    """Resolved settings for one run."""
+
+    jobs: int = field(default_factory=default_jobs)
+    verbose: bool = False
+    quiet: bool = False
+    debug: bool = False
+    no_fallback: bool = False
+    cache_dir: str = ""
+    max_size: int = DEFAULT_MAX_SIZE
+    disable: bool = False
+    verify_hits: float = 0.0
+    config: str = ""
+    inner: tuple[str, ...] = ()  # the wrapped distributor's command, empty for the local runner
+
+
+def parse_flags(args: Sequence[str]) -> dict[str, Any]:
+    """Parses option words (``--jobs 4``, ``--jobs=4``, ``-j4``, ``--quiet``) into dest -> value."""
+    values: dict[str, Any] = {}
+    i = 0
+    while i < len(args):
+        word = args[i]
+        flag, eq, attached = word.partition("=")
+        if not eq and len(word) > 2 and word[:2] in BY_FLAG and not word.startswith("--"):
+            flag, attached, eq = word[:2], word[2:], "="  # -j4
+        spec = BY_FLAG.get(flag)
+        if spec is None and not word.startswith("-"):
+            raise UsageError(
+                f"unexpected argument {word!r}: options go before the job file, "
+                "an inner distributor after '--'"
+            )
+        if spec is None:
+            raise UsageError(f"unknown option {word!r} (see cached-dist --help)")
+        if spec.convert is None:
+            if eq:
+                raise UsageError(f"option {spec.flag} takes no value")
+            values[spec.dest] = True
+        else:
+            if not eq:
+                i += 1
+                if i >= len(args):
+                    raise UsageError(f"option {spec.flag} needs a value ({spec.metavar})")
+                attached = args[i]
+            try:
+                values[spec.dest] = spec.convert(attached)
+            except ValueError as e:
+                raise UsageError(f"option {spec.flag}: {e}") from None
+        i += 1
+    return values
+
+
+def from_environment(environ: Mapping[str, str]) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for spec in OPTIONS:
+        text = environ.get(spec.env)
+        if text is None:
+            continue
+        try:
+            values[spec.dest] = parse_bool(text) if spec.convert is None else spec.convert(text)
+        except ValueError as e:
+            raise UsageError(f"environment variable {spec.env}: {e}") from None
+    return values
+
+
+def from_config_file(path: str, *, required: bool) -> dict[str, Any]:
+    """Reads the TOML file; a missing default file is fine, a missing named one is not."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        if required:
+            raise UsageError(f"config file not found: {path}") from None
+        return {}
+    except OSError as e:
+        raise UsageError(f"cannot read config file {path}: {e.strerror}") from None
+    import tomllib  # only when a config file exists
+
+    try:
+        table = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise UsageError(f"config file {path}: invalid TOML: {e}") from None
+    values: dict[str, Any] = {}
+    for key, value in table.items():
+        if key == "inner":
+            if (
+                not isinstance(value, list)
+                or not value
+                or not all(isinstance(v, str) for v in value)
+            ):
+                raise UsageError(f"config file {path}: 'inner' must be a non-empty list of strings")
+            values["inner"] = tuple(value)
+            continue
+        spec = BY_NAME.get(key)
+        if spec is None or key == "config":
+            raise UsageError(f"config file {path}: unknown key {key!r}")
+        try:
+            values[spec.dest] = _config_value(spec, value)
+        except ValueError as e:
+            raise UsageError(f"config file {path}: {key}: {e}") from None
+    return values
+
+
+def _config_value(spec: OptionSpec, value: object) -> Any:
+    if spec.convert is None:
+        if not isinstance(value, bool):
+            raise ValueError(f"expected true or false, got {value!r}")
+        return value
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise ValueError(f"expected a string or number, got {value!r}")
+    return spec.convert(str(value))
+
+
+def resolve(flags: Sequence[str], inner: Sequence[str], environ: Mapping[str, str]) -> Options:
+    """Merges default < config file < environment < command line."""
+    cli = parse_flags(flags)
+    env = from_environment(environ)
+    config_path = cli.get("config") or env.get("config")
+    file_values = from_config_file(
+        config_path or default_config_file(environ), required=bool(config_path)
+    )
+    merged: dict[str, Any] = {**file_values, **env, **cli}
+    if inner:
+        merged["inner"] = tuple(inner)
+    options = Options(**merged)
+    if not options.cache_dir:
+        options.cache_dir = default_cache_dir(environ)
+    if options.quiet:
+        options.verbose = False
+    return options
+
+
+def help_text() -> str:
+    lines = [
+        "usage: cached-dist [OPTIONS] [-- INNER_DISTRIBUTOR [INNER_ARGS...]] JOBFILE",
+        "       cached-dist {stats,clear,trim,verify} [OPTIONS]",
+        "",
+        "A caching distributor for LLVM DTLTO: ld.lld runs it with",
+        "  -fthinlto-distributor=$(command -v cached-dist) [-Xthinlto-distributor=OPTION,...]",
+        "",
+        "options (command line > environment > config file > default):",
+    ]
+    for spec in OPTIONS:
+        left = ", ".join(x for x in (spec.short, spec.flag) if x)
+        if spec.metavar:
+            left += " " + spec.metavar
+        lines.append(f"  {left:<26} {spec.help}")
+        lines.append(f"  {'':<26} env {spec.env}")
+    lines += [
+        "  -h, --help                 show this help",
+        "  --version                  show the version",
+        "",
+        "commands:",
+        "  stats [--json]             cache statistics",
+        "  clear                      empty the cache",
+        "  trim [--max-size SIZE]     evict least recently used entries down to SIZE",
+        "  verify                     re-hash every stored blob, drop corrupt ones",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,50 @@
+"""Runners compile jobs: the local parallel runner, or a wrapped DTLTO distributor.
+
+Both take the jobs to run and return the ones that did not produce all their outputs, so the
+distributor can fall back or fail without knowing which runner it used.
+"""
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from ..jobfile import Job, JobFile
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    job: Job
+    reason: str  # e.g. "exit status 1: <last line of stderr>"
+
+
+class Runner(Protocol):
+    name: str
+
+    def run(self, job_file: JobFile, jobs: Sequence[Job]) -> list[Failure]:
+        """Runs ``jobs``; returns those that failed or left an output missing."""
+        ...
+
+
+def missing_output(job: Job) -> str | None:
+    """The first output of ``job`` that does not exist as a regular file, if any."""
+    for path in job.outputs:
+        try:
+            if os.stat(path).st_size >= 0 and os.path.isfile(path):
+                continue
+        except OSError:
+            pass
+        return path
+    return None
+
+
+def remove_outputs(jobs: Sequence[Job]) -> None:
+    """Clears stale outputs so a missing one really means the runner did not write it."""
+    for job in jobs:
+        for path in job.outputs:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+            except OSError:
+                pass  # a directory or no permission: the runner will report it

@@ -1,0 +1,5 @@
+#include <stdio.h>
+
+#include "shapes.h"
+
+void report(const char *name, double area) { printf("%s: area %.2f\n", name, area); }

@@ -1,0 +1,3 @@
+double square_area(double side);
+double circle_area(double radius);
+void report(const char *name, double area);
