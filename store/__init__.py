@@ -1,1 +1,21 @@
-"""A content-addressed store shared safely by concurrent processes."""
+"""A content-addressed store shared safely by concurrent processes and hosts.
+
+Usable without cached-dist; see docs/store.md for the layout, guarantees and lock protocol.
+Importing it stays cheap (no filelock, psutil, subprocess, shutil, tempfile): a fully cached
+link must finish in about 100 ms.
+"""
+
+from .claims import Claim
+from .manifest import Manifest
+from .store import DEFAULT_MAX_SIZE, Store
+
+__all__ = ["DEFAULT_MAX_SIZE", "Claim", "Manifest", "Store", "VerifyReport"]
+
+
+def __getattr__(name: str) -> object:
+    # VerifyReport lives with the maintenance code, which the hot path never imports.
+    if name == "VerifyReport":
+        from .maintenance import VerifyReport
+
+        return VerifyReport
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

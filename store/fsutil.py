@@ -1,0 +1,96 @@
+"""File-system helpers: permission modes, atomic temporary names, and reflink copies."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat
+
+#: ioctl request of Linux FICLONE (_IOW(0x94, 9, int)): share extents instead of copying bytes.
+FICLONE = 0x40049409
+
+#: Errors meaning "this file system cannot clone these files", after which a plain copy is right.
+_NO_REFLINK = frozenset(
+    {errno.EOPNOTSUPP, errno.ENOTTY, errno.EXDEV, errno.EINVAL, errno.ENOSYS, errno.EPERM}
+)
+_reflink_ok = True
+
+
+class Modes:
+    """Modes for directories and files the store creates: owner-only, or shared with the group."""
+
+    def __init__(self, group_shared: bool) -> None:
+        self.group_shared = group_shared
+        # setgid keeps the group of the cache on everything created inside it.
+        self.dir = 0o2770 if group_shared else 0o700
+        self.file = 0o660 if group_shared else 0o600
+
+    def makedirs(self, path: str) -> None:
+        """Create `path` and missing parents with the store's directory mode, despite the umask."""
+        try:
+            os.mkdir(path, self.dir)
+        except FileExistsError:
+            return
+        except FileNotFoundError:
+            parent = os.path.dirname(path)
+            if not parent or parent == path:
+                raise
+            self.makedirs(parent)
+            try:
+                os.mkdir(path, self.dir)
+            except FileExistsError:
+                return
+        if self.group_shared:
+            os.chmod(path, self.dir)  # mkdir filters the mode through the umask
+
+    def fix_file(self, fd: int) -> None:
+        """Apply the file mode exactly, since the umask may have removed group bits."""
+        if self.group_shared:
+            os.fchmod(fd, self.file)
+
+    def fix_path(self, path: str) -> None:
+        """Like fix_file for files created by a library (the sqlite databases)."""
+        if self.group_shared:
+            try:
+                if stat.S_IMODE(os.stat(path).st_mode) != self.file:
+                    os.chmod(path, self.file)
+            except OSError:
+                pass
+
+
+def temp_name(directory: str, base: str) -> str:
+    """A name unique across processes and hosts, in `directory`, so the final rename is atomic."""
+    return os.path.join(directory, f".{base}.{os.getpid()}.{os.urandom(6).hex()}.tmp")
+
+
+def reflink(dst_fd: int, src_fd: int) -> bool:
+    """Clone `src_fd` into `dst_fd` when the file system can; False means copy instead."""
+    global _reflink_ok
+    if not _reflink_ok:
+        return False
+    import fcntl
+
+    try:
+        fcntl.ioctl(dst_fd, FICLONE, src_fd)
+    except OSError as error:
+        if error.errno in (errno.EOPNOTSUPP, errno.ENOTTY, errno.ENOSYS):
+            _reflink_ok = False  # this kernel or file system never clones: stop asking
+        if error.errno in _NO_REFLINK:
+            return False
+        raise
+    return True
+
+
+def write_all(fd: int, data: bytes | memoryview) -> None:
+    """os.write may write less than asked; loop until all of `data` is out."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def unlink_quietly(path: str) -> None:
+    """Remove a file that may already be gone."""
+    with contextlib.suppress(OSError):
+        os.unlink(path)

@@ -1,0 +1,79 @@
+"""Action entries: what a cached action produced, and the metadata explaining it."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Version of the manifest encoding; an entry with another version reads as a miss.
+FORMAT = 1
+_HEX = frozenset("0123456789abcdefABCDEF")
+_DIGEST_LEN = 32  # XXH3-128 in hex
+
+
+def valid_key(key: object) -> bool:
+    """Action keys name lock files and index rows, so only short hex strings are accepted."""
+    return isinstance(key, str) and 0 < len(key) <= 128 and _HEX.issuperset(key)
+
+
+def valid_digest(digest: object) -> bool:
+    """Digests name blob files: exactly 32 lowercase-or-uppercase hex characters."""
+    return isinstance(digest, str) and len(digest) == _DIGEST_LEN and _HEX.issuperset(digest)
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """The outputs of one action by role (digest, size), plus how and when they were made.
+
+    `meta` holds created (epoch seconds), duration (compile seconds, credited as time saved on a
+    hit), toolchain (identity string) and key_version (key format of the distributor).
+    """
+
+    key: str
+    outputs: dict[str, tuple[str, int]]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def duration(self) -> float:
+        """Compile time the entry saves on each hit."""
+        value = self.meta.get("duration", 0.0)
+        return float(value) if isinstance(value, int | float) else 0.0
+
+    @property
+    def size(self) -> int:
+        """Bytes a hit serves."""
+        return sum(size for _, size in self.outputs.values())
+
+    def encode(self) -> str:
+        """Serialize as compact JSON, small enough to live inline in the index database."""
+        body = {
+            "v": FORMAT,
+            "outputs": {role: [d, s] for role, (d, s) in self.outputs.items()},
+            "meta": self.meta,
+        }
+        return json.dumps(body, separators=(",", ":"), sort_keys=True)
+
+    @classmethod
+    def decode(cls, key: str, text: object) -> Manifest | None:
+        """Parse an index value; None unless it is a well-formed manifest of this format."""
+        if not isinstance(text, str):
+            return None
+        try:
+            body = json.loads(text)
+        except ValueError:
+            return None
+        if not isinstance(body, dict) or body.get("v") != FORMAT:
+            return None
+        raw_outputs, meta = body.get("outputs"), body.get("meta")
+        if not isinstance(raw_outputs, dict) or not isinstance(meta, dict) or not raw_outputs:
+            return None
+        outputs: dict[str, tuple[str, int]] = {}
+        for role, ref in raw_outputs.items():
+            if not (isinstance(ref, list) and len(ref) == 2):
+                return None
+            digest, size = ref
+            if not valid_digest(digest) or type(size) is not int or size < 0:
+                return None
+            outputs[role] = (digest.lower(), size)
+        return cls(key, outputs, meta)

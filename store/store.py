@@ -1,0 +1,380 @@
+"""The Store facade: every public method degrades to a miss or a no-op instead of raising."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from .blobs import Blobs, Outcome
+from .claims import Claim, claim_path
+from .fsutil import Modes
+from .index import Index
+from .manifest import Manifest, valid_key
+from .problems import Problems, Warn
+
+if TYPE_CHECKING:
+    from .maintenance import VerifyReport
+    from .stats import Stats
+
+DEFAULT_MAX_SIZE = 5 * 2**30
+
+
+class Store:
+    """A content-addressed store that concurrent processes and hosts may share.
+
+    Blobs are files named by their XXH3-128 digest; the index (diskcache) maps action keys to
+    manifests. Reads take no lock; every byte served is re-hashed. Problems (damaged index,
+    read-only or full disk, permissions) are reported once through `warn` and turn into misses.
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        max_size: int = DEFAULT_MAX_SIZE,
+        group_shared: bool = False,
+        warn: Warn | None = None,
+    ) -> None:
+        self.root = os.path.abspath(os.fspath(root))
+        self.max_size = int(max_size)
+        self.group_shared = group_shared
+        self._modes = Modes(group_shared)
+        self._problems = Problems(warn)
+        self._blobs = Blobs(self.root, self._modes)
+        self._stats_db: Stats | None = None
+        self._stats_failed = False
+        self._index: Index | None = None
+        try:
+            self._modes.makedirs(self.root)
+            self._index = Index(self.root, self._modes, self.max_size, self._index_damaged)
+        except Exception as error:
+            self._problems.error(f"cannot open the cache at {self.root}", error)
+
+    # -- state --------------------------------------------------------------------------
+
+    @property
+    def usable(self) -> bool:
+        """False once the store degraded to pass-through (every get a miss, every put a no-op)."""
+        return self._index is not None
+
+    def _disable(self) -> None:
+        index, self._index = self._index, None
+        if index is not None:
+            with contextlib.suppress(Exception):
+                index.close()
+
+    def _fail(self, what: str, error: BaseException) -> None:
+        """Report once per kind; a damaged index that could not be rebuilt disables the store."""
+        kind = self._problems.error(what, error)
+        if kind in ("index-damaged", "internal"):
+            self._disable()
+
+    def _index_damaged(self, message: str) -> None:
+        self._problems.report("index-damaged", message)
+        self._count(corruptions=1)
+
+    def _stats(self) -> Stats | None:
+        """Open the statistics database on first use; the hot read path never needs it."""
+        if self._stats_db is None and not self._stats_failed:
+            try:
+                from .stats import Stats
+
+                self._stats_db = Stats(self.root, self._modes)
+            except Exception as error:
+                self._stats_failed = True
+                self._problems.error("cannot open the statistics database", error)
+        return self._stats_db
+
+    def _count(self, **deltas: int) -> None:
+        stats = self._stats()
+        if stats is not None:
+            try:
+                stats.add(**deltas)
+            except Exception as error:
+                self._problems.error("cannot update statistics", error)
+
+    # -- reading ------------------------------------------------------------------------
+
+    def get(self, key: str) -> Manifest | None:
+        """The manifest stored for `key`, or None (a miss) if absent, damaged or evicted."""
+        index = self._index
+        if index is None or not valid_key(key):
+            return None
+        try:
+            raw = index.get_entry(key)
+            if raw is None:
+                return None
+            manifest = Manifest.decode(key, raw)
+            if manifest is None:
+                index.drop_entry(key)
+                self._count(corruptions=1)
+                return None
+            if not all(self._blobs.present(d, s) for d, s in manifest.outputs.values()):
+                index.drop_entry(key)  # a blob was evicted: the entry is dead
+                return None
+            return manifest
+        except Exception as error:
+            self._fail("cannot read the cache index", error)
+            return None
+
+    def materialize(self, manifest: Manifest, dests: Mapping[str, str]) -> bool:
+        """Write each requested role's blob to its destination, verified; False means a miss."""
+        if self._index is None:
+            return False
+        try:
+            for role, dest in dests.items():
+                ref = manifest.outputs.get(role)
+                if ref is None:
+                    return False
+                outcome = self._blobs.copy_out(ref[0], ref[1], os.fspath(dest))
+                if outcome is not Outcome.OK:
+                    self._drop(manifest.key)
+                    if outcome is Outcome.CORRUPT:
+                        self._problems.report(
+                            "corrupt-blob", f"blob {ref[0]} was damaged; removed it (a miss)"
+                        )
+                        self._count(corruptions=1, size=-ref[1])
+                    return False
+            return True
+        except Exception as error:
+            self._fail("cannot copy a cached output", error)
+            return False
+
+    def _drop(self, key: str) -> None:
+        index = self._index
+        if index is not None:
+            try:
+                index.drop_entry(key)
+            except Exception as error:
+                self._fail("cannot update the cache index", error)
+
+    # -- writing ------------------------------------------------------------------------
+
+    def put(
+        self,
+        key: str,
+        outputs: Mapping[str, str],
+        *,
+        duration: float,
+        toolchain: str,
+        key_version: int,
+    ) -> bool:
+        """Copy the outputs in (never moving or linking the sources) and record the entry."""
+        index = self._index
+        if index is None or not valid_key(key) or not outputs:
+            return False
+        try:
+            refs: dict[str, tuple[str, int]] = {}
+            new_bytes = 0
+            for role, source in outputs.items():
+                digest, size, new = self._blobs.ingest(os.fspath(source))
+                refs[role] = (digest, size)
+                if new:
+                    new_bytes += size
+            meta: dict[str, Any] = {
+                "created": time.time(),
+                "duration": float(duration),
+                "toolchain": str(toolchain),
+                "key_version": int(key_version),
+            }
+            # Blobs first, entry last: an entry never names a blob that is not yet in place.
+            index.set_entry(key, Manifest(key, refs, meta).encode())
+        except Exception as error:
+            self._fail("cannot store in the cache", error)
+            return False
+        self._count(stores=1, bytes_stored=new_bytes, size=new_bytes)
+        self._maybe_evict()
+        return True
+
+    def _maybe_evict(self) -> None:
+        stats = self._stats()
+        if stats is None:
+            return
+        try:
+            if stats.get("size") <= self.max_size:
+                return
+            from .maintenance import GRACE, LOW_WATERMARK
+
+            self._maintain(lambda: self._evict(int(self.max_size * LOW_WATERMARK), GRACE), 0.0)
+        except Exception as error:
+            self._problems.error("cannot evict from the cache", error)
+
+    def _evict(self, target: int, grace: float) -> int:
+        from .maintenance import evict
+
+        assert self._index is not None
+        return evict(self._blobs, self._index, self._stats(), target, grace=grace)
+
+    def _maintain(self, work: Callable[[], int], wait: float) -> int:
+        """Run a maintenance pass under the store-wide maintenance lease; skip when it is busy
+        and `wait` is 0 (someone else is already evicting), else run after `wait` regardless."""
+        from .claims import claim
+
+        path = os.path.join(self.root, "locks", "maintenance.lock")
+        self._modes.makedirs(os.path.dirname(path))
+        with claim(path, self._modes.file, wait, lambda: False) as held:
+            if not held.acquired and wait <= 0:
+                return 0
+            return work()
+
+    # -- claims -------------------------------------------------------------------------
+
+    def claim(self, key: str, *, wait: float) -> Claim:
+        """Single-flight: acquire the right to compute `key`, waiting at most `wait` seconds.
+
+        acquired=False means: an entry appeared (read it), the wait ran out or the store is
+        degraded (compute without the claim). A dead holder's claim is taken over.
+        """
+        if self._index is None or not valid_key(key):
+            return Claim(False, "unusable")
+        try:
+            from .claims import claim
+
+            path = claim_path(self.root, key)
+            self._modes.makedirs(os.path.dirname(path))
+            return claim(path, self._modes.file, wait, lambda: self._has(key))
+        except Exception as error:
+            self._problems.error("cannot take a claim", error)
+            return Claim(False, "error")
+
+    def _has(self, key: str) -> bool:
+        index = self._index
+        try:
+            return index is not None and index.has_entry(key)
+        except Exception:
+            return False
+
+    # -- statistics ---------------------------------------------------------------------
+
+    def record(
+        self, *, hits: int = 0, misses: int = 0, time_saved: float = 0.0, bytes_served: int = 0
+    ) -> None:
+        """One batched, atomic statistics update per link."""
+        if self._index is None:
+            return
+        self._count(
+            hits=hits,
+            misses=misses,
+            time_saved_us=round(time_saved * 1e6),
+            bytes_served=bytes_served,
+        )
+
+    def stats(self) -> dict[str, int | float]:
+        """Counters shared by every process, plus current entries, size and limit."""
+        from .stats import COUNTERS
+
+        counts: dict[str, int] = dict.fromkeys(COUNTERS, 0)
+        entries = 0
+        stats = self._stats() if self._index is not None else None
+        try:
+            if stats is not None:
+                counts = stats.all()
+            if self._index is not None:
+                entries = self._index.count_entries()
+        except Exception as error:
+            self._problems.error("cannot read statistics", error)
+        result: dict[str, int | float] = {
+            k: v for k, v in counts.items() if k not in ("time_saved_us", "size")
+        }
+        result["time_saved"] = counts["time_saved_us"] / 1e6
+        result["entries"] = entries
+        result["size"] = max(0, counts["size"])
+        result["max_size"] = self.max_size
+        return result
+
+    # -- maintenance --------------------------------------------------------------------
+
+    def clear(self) -> None:
+        """Remove every entry, memo and blob (statistics are kept)."""
+        if self._index is None:
+            return
+        try:
+
+            def work() -> int:
+                assert self._index is not None
+                self._index.clear()
+                freed = self._evict(0, 0.0)
+                stats = self._stats()
+                if stats is not None:
+                    stats.set("size", 0)
+                return freed
+
+            self._maintain(work, 30.0)
+        except Exception as error:
+            self._fail("cannot clear the cache", error)
+
+    def trim(self, max_size: int | None = None) -> int:
+        """Evict least recently used blobs until at most `max_size` bytes remain; bytes freed."""
+        if self._index is None:
+            return 0
+        from .maintenance import GRACE
+
+        target = self.max_size if max_size is None else int(max_size)
+        try:
+            return self._maintain(lambda: self._evict(target, GRACE), 30.0)
+        except Exception as error:
+            self._fail("cannot trim the cache", error)
+            return 0
+
+    def verify(self) -> VerifyReport:
+        """Re-hash every blob; drop corrupt blobs and the entries that refer to them."""
+        from .maintenance import VerifyReport, verify
+
+        if self._index is None:
+            return VerifyReport()
+        report = VerifyReport()
+
+        def work() -> int:
+            nonlocal report
+            assert self._index is not None
+            report = verify(self._blobs, self._index)
+            return 0
+
+        try:
+            self._maintain(work, 30.0)
+        except Exception as error:
+            self._fail("cannot verify the cache", error)
+        if report.blobs_corrupt:
+            self._count(corruptions=report.blobs_corrupt)
+        return report
+
+    # -- memo ---------------------------------------------------------------------------
+
+    def memo_get(self, namespace: str, key: str) -> str | None:
+        """A small string remembered under (namespace, key), or None; evictable."""
+        index = self._index
+        if index is None:
+            return None
+        try:
+            value = index.get_memo(namespace, key)
+        except Exception as error:
+            self._fail("cannot read the cache memo", error)
+            return None
+        return value if isinstance(value, str) else None
+
+    def memo_put(self, namespace: str, key: str, value: str) -> None:
+        """Remember a small string; failures are reported once and otherwise ignored."""
+        index = self._index
+        if index is None:
+            return
+        try:
+            index.set_memo(namespace, key, str(value))
+        except Exception as error:
+            self._fail("cannot write the cache memo", error)
+
+    def close(self) -> None:
+        """Close the databases (optional: they close with the process)."""
+        stats, self._stats_db = self._stats_db, None
+        if stats is not None:
+            with contextlib.suppress(Exception):
+                stats.close()
+        self._disable()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
