@@ -33,6 +33,11 @@ def open_cache(directory: str, modes: Modes, **settings: Any) -> tuple[diskcache
 
 
 def _open(directory: str, modes: Modes, settings: dict[str, Any]) -> diskcache.Cache:
+    db = os.path.join(directory, "cache.db")
+    if not os.path.exists(db):
+        # Create it with the store's mode: sqlite gives its -wal and -shm files the same mode.
+        with contextlib.suppress(FileExistsError):
+            os.close(os.open(db, os.O_WRONLY | os.O_CREAT | os.O_EXCL, modes.file))
     cache = diskcache.Cache(directory, timeout=BUSY_TIMEOUT, **settings)
     try:
         # diskcache's open only touches the schema; make sqlite read a data page as well.
@@ -40,7 +45,8 @@ def _open(directory: str, modes: Modes, settings: dict[str, Any]) -> diskcache.C
     except BaseException:
         cache.close()
         raise
-    modes.fix_path(os.path.join(directory, "cache.db"))
+    for suffix in ("", "-wal", "-shm"):
+        modes.fix_path(db + suffix)
     return cache
 
 

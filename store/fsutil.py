@@ -50,13 +50,11 @@ class Modes:
             os.fchmod(fd, self.file)
 
     def fix_path(self, path: str) -> None:
-        """Like fix_file for files created by a library (the sqlite databases)."""
-        if self.group_shared:
-            try:
-                if stat.S_IMODE(os.stat(path).st_mode) != self.file:
-                    os.chmod(path, self.file)
-            except OSError:
-                pass
+        """Give files a library created (the sqlite databases) the store's file mode."""
+        # Not fatal: on a read-only or foreign-owned cache the mode is someone else's choice.
+        with contextlib.suppress(OSError):
+            if stat.S_IMODE(os.stat(path).st_mode) != self.file:
+                os.chmod(path, self.file)
 
 
 def temp_name(directory: str, base: str) -> str:

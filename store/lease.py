@@ -5,16 +5,17 @@ Imported lazily (filelock costs ~50 ms to import), only by processes that comput
 
 from __future__ import annotations
 
+import os
+
 from filelock import SoftFileLease, Timeout
 from filelock._identity import host_name, owner_is_stale
 
 #: A holder on another host must leave its marker unrefreshed this long (as seen on the
-#: waiter's own monotonic clock) before a waiter may take the lock over.
-LEASE_DURATION = 30.0
-#: How often a holder refreshes its marker's mtime (a third of the lease: two refreshes may fail).
-HEARTBEAT = LEASE_DURATION / 3
+#: waiter's own monotonic clock) before a waiter may take the lock over. Every process sharing
+#: a store must agree on it (STORE_LEASE_DURATION overrides it, e.g. for tests).
+LEASE_DURATION = float(os.environ.get("STORE_LEASE_DURATION", "30"))
 
-__all__ = ["HEARTBEAT", "LEASE_DURATION", "HostAwareLease", "Timeout", "make_lease"]
+__all__ = ["LEASE_DURATION", "HostAwareLease", "Timeout", "make_lease"]
 
 
 class HostAwareLease(SoftFileLease):
@@ -42,7 +43,8 @@ def make_lease(path: str, mode: int) -> HostAwareLease:
     return HostAwareLease(
         path,
         lease_duration=LEASE_DURATION,
-        heartbeat_interval=HEARTBEAT,
+        # Refresh three times per lease, so two refreshes may fail before a peer may take over.
+        heartbeat_interval=LEASE_DURATION / 3,
         mode=mode,
         thread_local=False,
         is_singleton=False,

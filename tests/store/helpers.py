@@ -1,0 +1,58 @@
+"""Helpers shared by the store tests, importable by spawned worker processes."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+
+def content(key: str, max_len: int = 16384) -> bytes:
+    """Deterministic bytes for a key, so any process can check what it was served."""
+    seed = hashlib.sha256(key.encode()).digest()
+    size = 1 + int.from_bytes(seed[:4], "little") % max_len
+    return (seed * (size // len(seed) + 1))[:size]
+
+
+def write(path: Path, data: bytes) -> str:
+    path.write_bytes(data)
+    return str(path)
+
+
+class Warnings:
+    """Collects store warnings so tests can assert what was reported."""
+
+    def __init__(self) -> None:
+        self.messages: list[str] = []
+
+    def __call__(self, message: str) -> None:
+        self.messages.append(message)
+
+    def text(self) -> str:
+        return "\n".join(self.messages)
+
+
+def try_mount_tmpfs(target: Path, size: str) -> bool:
+    """Mount a small tmpfs (needs root and CAP_SYS_ADMIN); False when the test must skip."""
+    if os.geteuid() != 0 or not sys.platform.startswith("linux"):
+        return False
+    target.mkdir(parents=True, exist_ok=True)
+    result = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(target)],
+        capture_output=True,
+        check=False,
+    )
+    return result.returncode == 0
+
+
+def remount_ro(target: Path) -> bool:
+    result = subprocess.run(
+        ["mount", "-o", "remount,ro", str(target)], capture_output=True, check=False
+    )
+    return result.returncode == 0
+
+
+def umount(target: Path) -> None:
+    subprocess.run(["umount", "-l", str(target)], capture_output=True, check=False)
