@@ -167,3 +167,13 @@ def test_no_fallback_reports_what_is_missing(
     inner = (sys.executable, str(tmp_path / "inner.py"), str(done_by_inner), str(status))
     with pytest.raises(JobsFailedError, match=message):
         dispatch(jf, jf.jobs, Options(jobs=2, inner=inner, no_fallback=True), Log())
+
+
+def test_largest_module_starts_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    jf = make_job_file(tmp_path, [(0, 0)] * 4)
+    for i, size in enumerate([10, 300, 20, 300]):
+        (tmp_path / f"m{i}.o").write_text("x" * size)
+    LocalRunner(1, Log()).run(jf, jf.jobs)
+    starts = [out for kind, out, _ in events(tmp_path) if kind == "start"]
+    assert starts == ["out1.o", "out3.o", "out2.o", "out0.o"]

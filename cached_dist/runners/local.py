@@ -27,7 +27,8 @@ class _Running:
 
 
 class LocalRunner:
-    """Runs at most ``parallel`` jobs at a time; after a failure it starts no new ones."""
+    """Runs at most ``parallel`` jobs at a time, largest module first; after a failure it
+    starts no new ones."""
 
     name = "local runner"
 
@@ -36,7 +37,8 @@ class LocalRunner:
         self.log = log
 
     def run(self, job_file: JobFile, jobs: Sequence[Job]) -> list[Failure]:
-        pending = list(reversed(jobs))
+        order = sorted(jobs, key=_module_size, reverse=True)  # stable: ties keep file order
+        pending = order[::-1]  # popped from the end
         running: dict[int, _Running] = {}  # by pidfd
         failures: list[Failure] = []
         poller = select.poll()
@@ -79,6 +81,14 @@ class LocalRunner:
         if missing is not None:
             return Failure(r.job, f"exited 0 but did not write {missing}")
         return None
+
+
+def _module_size(job: Job) -> int:
+    """Big modules start first, as in LLD's in-process backend, so none is left for last."""
+    try:
+        return os.stat(job.module).st_size
+    except OSError:
+        return 0
 
 
 def _spawn(command: list[str], job: Job) -> _Running:
