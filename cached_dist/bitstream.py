@@ -62,6 +62,7 @@ _CHAR6_TABLE: Final = tuple(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWX
 _BLOCKINFO_CODE_SETBID: Final = 1
 
 _from_bytes = int.from_bytes
+_MASKS: Final = tuple((1 << w) - 1 for w in range(65))
 
 # A compiled abbreviation: tuple of (encoding, width) operand pairs.  For an
 # array the pair is (_ARRAY, element encoding) followed by the element's width
@@ -403,42 +404,119 @@ class BitstreamCursor:
         self.blob = None
 
     def _read_abbreviated(self, abbrev_id: int) -> None:
+        """Decode one abbreviated record from a 512-bit window, fully inlined.
+
+        This is the hot loop of shard canonicalization: every operand is taken
+        from a local integer window that is refilled only when it runs low.
+        """
         try:
             abbrev = self._abbrevs[abbrev_id - 4]
         except IndexError:
             raise BitcodeError(f"undefined abbreviation id {abbrev_id}") from None
+        data = self._data
+        pos = self._pos
+        b = pos >> 3
+        buf = _from_bytes(data[b : b + 64], "little") >> (pos & 7)
+        avail = 512 - (pos & 7)
         vals: list[int] = []
+        append = vals.append
         blob: bytes | None = None
         for enc, width, elt_width in abbrev:
-            if enc == _LITERAL:
-                vals.append(width)
+            if enc == _VBR:
+                # Fast path: a single-chunk VBR value needs no loop.
+                if avail < 64:
+                    b = pos >> 3
+                    buf = _from_bytes(data[b : b + 64], "little") >> (pos & 7)
+                    avail = 512 - (pos & 7)
+                chunk = buf & _MASKS[width]
+                if not chunk >> (width - 1):
+                    buf >>= width
+                    avail -= width
+                    pos += width
+                    append(chunk)
+                    continue
             elif enc == _FIXED:
-                vals.append(self._fixed(width))
-            elif enc == _VBR:
-                vals.append(self._vbr(width))
-            elif enc == _ARRAY:
-                count = self._vbr(6)
-                if width == _FIXED:
-                    self._fixed_array(count, elt_width, vals)
-                elif width == _VBR:
+                if avail < 64:
+                    b = pos >> 3
+                    buf = _from_bytes(data[b : b + 64], "little") >> (pos & 7)
+                    avail = 512 - (pos & 7)
+                append(buf & _MASKS[width])
+                buf >>= width
+                avail -= width
+                pos += width
+                continue
+            elif enc == _LITERAL:
+                append(width)
+                continue
+            elif enc == _CHAR6:
+                if avail < 64:
+                    b = pos >> 3
+                    buf = _from_bytes(data[b : b + 64], "little") >> (pos & 7)
+                    avail = 512 - (pos & 7)
+                append(_CHAR6_TABLE[buf & 63])
+                buf >>= 6
+                avail -= 6
+                pos += 6
+                continue
+            if enc in (_VBR, _ARRAY):
+                # A VBR scalar, or the vbr6 element count of an array.
+                w = width if enc == _VBR else 6
+                hi = 1 << (w - 1)
+                wmask = (1 << w) - 1
+                value = 0
+                shift = 0
+                while True:
+                    if avail < w:
+                        b = pos >> 3
+                        buf = _from_bytes(data[b : b + 64], "little") >> (pos & 7)
+                        avail = 512 - (pos & 7)
+                    chunk = buf & wmask
+                    buf >>= w
+                    avail -= w
+                    pos += w
+                    value |= (chunk & (hi - 1)) << shift
+                    if not chunk & hi:
+                        break
+                    shift += w - 1
+                    if shift > 64:
+                        raise BitcodeError("malformed VBR value")
+                if enc == _VBR:
+                    append(value)
+                    continue
+                count = value
+                if width == _VBR:
+                    self._pos = pos
                     if count:
                         vals.extend(self._vbr_many(count, elt_width))
                 else:
-                    self._fixed_array(count, 6, vals)
-                    table = _CHAR6_TABLE
-                    n = len(vals)
-                    vals[n - count :] = [table[c] for c in vals[n - count :]]
-            elif enc == _CHAR6:
-                vals.append(_CHAR6_TABLE[self._fixed(6)])
-            else:  # blob
-                length = self._vbr(6)
-                self._align32()
-                start = self._pos >> 3
-                if self._pos + length * 8 > self._end:
-                    raise BitcodeError("blob runs past end of bitstream")
-                blob = bytes(self._data[start : start + length])
-                self._pos += length * 8
-                self._align32()
+                    self._pos = pos
+                    ew = 6 if width == _CHAR6 else elt_width
+                    if width == _CHAR6:
+                        table = _CHAR6_TABLE
+                        n = len(vals)
+                        self._fixed_array(count, 6, vals)
+                        vals[n:] = [table[c] for c in vals[n:]]
+                    else:
+                        self._fixed_array(count, ew, vals)
+                pos = self._pos
+                b = pos >> 3
+                buf = _from_bytes(data[b : b + 64], "little") >> (pos & 7)
+                avail = 512 - (pos & 7)
+                continue
+            # Blob: vbr6 length, 32-bit aligned bytes, then realign.
+            self._pos = pos
+            length = self._vbr(6)
+            self._align32()
+            start = self._pos >> 3
+            if self._pos + length * 8 > self._end:
+                raise BitcodeError("blob runs past end of bitstream")
+            blob = data[start : start + length]
+            self._pos += length * 8
+            self._align32()
+            pos = self._pos
+        if pos > self._end:
+            raise BitcodeError("read past end of bitstream")
+        self._pos = pos
         self.code = vals[0]
         self.ops = vals[1:]
         self.blob = blob
