@@ -29,6 +29,7 @@ def open_cache(directory: str, modes: Modes, **settings: Any) -> tuple[diskcache
     except sqlite3.DatabaseError:
         pass
     quarantine(directory)
+    modes.makedirs(directory)
     return _open(directory, modes, settings), True
 
 

@@ -22,6 +22,14 @@ if TYPE_CHECKING:
 DEFAULT_MAX_SIZE = 5 * 2**30
 
 
+def _read_only(path: str) -> bool:
+    """Whether `path` sits on a read-only mount or cannot be written by this user."""
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY) or not os.access(path, os.W_OK)
+    except OSError:
+        return False
+
+
 class Store:
     """A content-addressed store that concurrent processes and hosts may share.
 
@@ -51,7 +59,12 @@ class Store:
             self._modes.makedirs(self.root)
             self._index = Index(self.root, self._modes, self.max_size, self._index_damaged)
         except Exception as error:
-            self._problems.error(f"cannot open the cache at {self.root}", error)
+            if _read_only(self.root):
+                self._problems.report(
+                    "read-only", f"the cache at {self.root} is read-only; caching is off"
+                )
+            else:
+                self._problems.error(f"cannot open the cache at {self.root}", error)
 
     # -- state --------------------------------------------------------------------------
 

@@ -1,0 +1,215 @@
+"""Damage control: rotten blobs, damaged or missing index, read-only and full disks."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from store import Store
+from tests.store.helpers import Warnings, content, remount_ro, try_mount_tmpfs, umount, write
+
+
+def put(s: Store, tmp: Path, key: str, data: bytes) -> bool:
+    src = write(tmp / f"src-{key}", data)
+    return s.put(key, {"obj": src}, duration=1.0, toolchain="t", key_version=1)
+
+
+def blob_path(s: Store, key: str) -> Path:
+    m = s.get(key)
+    assert m is not None
+    digest = m.outputs["obj"][0]
+    return Path(s.root) / "blobs" / digest[:2] / digest[2:]
+
+
+def flip(path: Path, offset: int) -> None:
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        byte = f.read(1)
+        f.seek(offset)
+        f.write(bytes([byte[0] ^ 0x40]))
+
+
+def test_flipped_byte_is_a_counted_miss(tmp_path: Path) -> None:
+    w = Warnings()
+    s = Store(tmp_path / "c", warn=w)
+    data = content("k1", 60000)
+    assert put(s, tmp_path, "aa01", data)
+    path = blob_path(s, "aa01")
+    flip(path, len(data) // 2)
+    m = s.get("aa01")
+    assert m is not None  # size unchanged: only hashing can tell
+    dest = tmp_path / "out.o"
+    assert not s.materialize(m, {"obj": str(dest)})
+    assert not dest.exists()  # nothing wrong was written
+    assert not path.exists()  # the corrupt blob is gone
+    assert s.get("aa01") is None  # and its entry
+    assert s.stats()["corruptions"] == 1
+    assert "damaged" in w.text()
+    assert put(s, tmp_path, "aa01", data)  # the store keeps working
+    m = s.get("aa01")
+    assert m is not None and s.materialize(m, {"obj": str(dest)}) and dest.read_bytes() == data
+
+
+def test_truncated_or_missing_blob_is_a_miss(tmp_path: Path) -> None:
+    s = Store(tmp_path / "c")
+    assert put(s, tmp_path, "aa01", b"x" * 1000)
+    assert put(s, tmp_path, "aa02", b"y" * 1000)
+    m1, m2 = s.get("aa01"), s.get("aa02")
+    assert m1 is not None and m2 is not None
+    os.truncate(blob_path(s, "aa01"), 10)
+    blob_path(s, "aa02").unlink()
+    assert not s.materialize(m1, {"obj": str(tmp_path / "o1")})
+    assert not s.materialize(m2, {"obj": str(tmp_path / "o2")})
+    assert s.get("aa01") is None and s.get("aa02") is None
+
+
+def test_verify_drops_corrupt_blobs_and_their_entries(tmp_path: Path) -> None:
+    s = Store(tmp_path / "c")
+    keys = [f"b{i:03x}" for i in range(6)]
+    for key in keys:
+        assert put(s, tmp_path, key, content(key, 20000))
+    flip(blob_path(s, keys[1]), 0)
+    flip(blob_path(s, keys[4]), 5)
+    report = s.verify()
+    assert report.blobs_checked == 6 and report.blobs_corrupt == 2
+    assert report.entries_checked == 6 and report.entries_dropped == 2
+    assert s.stats()["corruptions"] == 2
+    assert [k for k in keys if s.get(k) is None] == [keys[1], keys[4]]
+    again = s.verify()
+    assert again.blobs_corrupt == 0 and again.entries_dropped == 0
+
+
+def test_garbage_index_database(tmp_path: Path) -> None:
+    s = Store(tmp_path / "c")
+    assert put(s, tmp_path, "aa01", b"x" * 100)
+    s.close()
+    db = tmp_path / "c" / "index" / "cache.db"
+    for extra in ("-wal", "-shm"):
+        Path(str(db) + extra).unlink(missing_ok=True)
+    db.write_bytes(b"this is not a database" * 500)
+    w = Warnings()
+    s = Store(tmp_path / "c", warn=w)
+    assert s.usable
+    assert "index database" in w.text()
+    assert s.get("aa01") is None  # detected, read as a miss
+    assert s.stats()["corruptions"] == 1
+    assert put(s, tmp_path, "aa01", b"x" * 100) and s.get("aa01") is not None
+    assert list((tmp_path / "c").glob("index.damaged-*"))  # kept aside for inspection
+
+
+def test_index_damaged_pages(tmp_path: Path) -> None:
+    s = Store(tmp_path / "c")
+    keys = [f"{i:05x}" for i in range(300)]
+    for key in keys:
+        assert s._index is not None
+        s._index.set_entry(key, '{"v":1,"outputs":{"obj":["' + "0" * 32 + '",1]},"meta":{}}')
+    s.close()
+    db = tmp_path / "c" / "index" / "cache.db"
+    size = db.stat().st_size
+    with open(db, "r+b") as f:  # keep the header, wreck every later page
+        f.seek(4096)
+        f.write(os.urandom(size - 4096))
+    w = Warnings()
+    s = Store(tmp_path / "c", warn=w)
+    for key in keys[:20]:
+        assert s.get(key) is None
+    assert s.usable
+    assert s.stats()["corruptions"] >= 1
+    assert "index database" in w.text()
+    assert put(s, tmp_path, "abcdef", b"z" * 10) and s.get("abcdef") is not None
+
+
+def test_missing_index_database(tmp_path: Path) -> None:
+    s = Store(tmp_path / "c")
+    assert put(s, tmp_path, "aa01", b"x" * 100)
+    s.close()
+    for p in (tmp_path / "c" / "index").iterdir():
+        p.unlink()
+    s = Store(tmp_path / "c")
+    assert s.usable and s.get("aa01") is None
+    assert put(s, tmp_path, "aa01", b"x" * 100) and s.get("aa01") is not None
+
+
+def test_unwritable_root_is_pass_through(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    w = Warnings()
+    s = Store(blocker / "c", warn=w)
+    assert not s.usable
+    assert s.get("aa") is None
+    assert not put(s, tmp_path, "aa", b"x")
+    assert not s.claim("aa", wait=1).acquired
+    s.record(hits=1)
+    s.memo_put("n", "k", "v")
+    assert s.memo_get("n", "k") is None
+    assert s.stats()["hits"] == 0 and s.trim() == 0
+    assert s.verify().blobs_checked == 0
+    s.clear()
+    assert len(w.messages) == 1
+
+
+@pytest.fixture
+def tmpfs(tmp_path: Path) -> Iterator[Path]:
+    mnt = tmp_path / "mnt"
+    if not try_mount_tmpfs(mnt, "1m"):
+        pytest.skip("cannot mount a tmpfs here (needs root with CAP_SYS_ADMIN)")
+    try:
+        yield mnt
+    finally:
+        umount(mnt)
+
+
+def test_read_only_cache_directory(tmpfs: Path, tmp_path: Path) -> None:
+    s = Store(tmpfs / "c")
+    assert put(s, tmp_path, "aa01", b"x" * 1000)
+    s.record(hits=1)
+    s.close()
+    if not remount_ro(tmpfs):
+        pytest.skip("cannot remount the tmpfs read-only")
+    w = Warnings()
+    s = Store(tmpfs / "c", warn=w)
+    m = s.get("aa01")
+    assert m is None or (
+        s.materialize(m, {"obj": str(tmp_path / "o")})
+        and (tmp_path / "o").read_bytes() == b"x" * 1000
+    )
+    assert not put(s, tmp_path, "aa02", b"y")
+    c = s.claim("aa03", wait=0.5)
+    assert not c.acquired
+    c.release()
+    s.record(hits=1)
+    s.memo_put("n", "k", "v")
+    s.stats()
+    s.trim(0)
+    s.verify()
+    s.clear()
+    assert w.messages  # reported, never raised
+    assert len(w.messages) <= 4
+
+
+def test_full_disk(tmpfs: Path, tmp_path: Path) -> None:
+    w = Warnings()
+    s = Store(tmpfs / "c", warn=w)
+    assert put(s, tmp_path, "aa01", b"k" * 10_000)
+    assert not put(s, tmp_path, "aa02", os.urandom(2 << 20))  # bigger than the file system
+    assert "disk-full" in w.text()
+    assert not list((tmpfs / "c" / "tmp").iterdir())  # no partial blob left behind
+    filler = tmpfs / "filler"
+    with open(filler, "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+        except OSError:
+            pass
+    assert not put(s, tmp_path, "aa03", b"z" * 50_000)
+    m = s.get("aa01")  # reads still serve
+    assert m is not None and s.materialize(m, {"obj": str(tmp_path / "o")})
+    s.record(hits=1)
+    s.memo_put("n", "k", "v" * 100_000)
+    assert len(w.messages) <= 3
+    filler.unlink()
+    assert put(s, tmp_path, "aa04", b"back" * 100)
+    assert s.get("aa04") is not None
