@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import contextlib
-import enum
 import os
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
 
 import xxhash
 
 from .fsutil import Modes, reflink, temp_name, unlink_quietly, write_all
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 _CHUNK = 4 << 20
 #: A hit refreshes the blob's mtime (its LRU clock) only when it is older than this, to spare
@@ -19,22 +20,24 @@ _CHUNK = 4 << 20
 _TOUCH_AFTER = 60.0
 
 
-class Outcome(enum.Enum):
-    """Result of copying a blob out of the store."""
+class Outcome:
+    """Result of copying a blob out of the store (plain constants: enum is not needed here)."""
 
     OK = "ok"
     MISSING = "missing"
     CORRUPT = "corrupt"
 
 
-@dataclass(frozen=True)
 class BlobInfo:
     """One blob file as seen by a directory scan."""
 
-    digest: str
-    path: str
-    size: int
-    mtime: float
+    __slots__ = ("digest", "mtime", "path", "size")
+
+    def __init__(self, digest: str, path: str, size: int, mtime: float) -> None:
+        self.digest = digest
+        self.path = path
+        self.size = size
+        self.mtime = mtime
 
 
 class Blobs:
@@ -117,7 +120,7 @@ class Blobs:
         path = temp_name(self.tmp, "blob")
         return os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, self._modes.file), path
 
-    def copy_out(self, digest: str, size: int, dest: str) -> Outcome:
+    def copy_out(self, digest: str, size: int, dest: str) -> str:
         """Write the blob to `dest` atomically, reflinked when possible; verify every byte served.
 
         The destination is a fresh file renamed over `dest`, never a link to the store's file,

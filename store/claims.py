@@ -10,14 +10,16 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable
-from types import TracebackType
-from typing import TYPE_CHECKING, Literal
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from types import TracebackType
+    from typing import Literal
+
     from .lease import HostAwareLease
 
-Reason = Literal["acquired", "entry", "timeout", "unusable", "error"]
+    Reason = Literal["acquired", "entry", "timeout", "unusable", "error"]
 _POLL_MIN = 0.02
 _POLL_MAX = 0.2
 

@@ -6,11 +6,14 @@ import contextlib
 import os
 import sqlite3
 import time
-from typing import Any
 
 import diskcache
 
 from .fsutil import Modes
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 #: sqlite busy timeout: writers queue this long for each other, then the operation is a miss.
 BUSY_TIMEOUT = 10.0
@@ -51,13 +54,15 @@ def _open(directory: str, modes: Modes, settings: dict[str, Any]) -> diskcache.C
     return cache
 
 
-def quarantine(directory: str, seen: os.stat_result | None = None) -> None:
+def quarantine(
+    directory: str, db_name: str = "cache.db", seen: os.stat_result | None = None
+) -> None:
     """Move a damaged database directory aside (kept for inspection, out of every reader's way).
 
     `seen` is the database file the caller found damaged; if another process already replaced
     it, the fresh one is left alone.
     """
-    db = os.path.join(directory, "cache.db")
+    db = os.path.join(directory, db_name)
     try:
         current = os.stat(db)
     except FileNotFoundError:

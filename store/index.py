@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
 
 import diskcache
 
 from .dbopen import db_stat, open_cache, quarantine
 from .fsutil import Modes
 
-T = TypeVar("T")
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+    from typing import Any, TypeVar
+
+    T = TypeVar("T")
 _ENTRY = "a:"
 _MEMO = "m:"
 
@@ -60,7 +63,7 @@ class Index:
         # Damaged while in use: quarantine it (unless another process already did) and retry once.
         self._rebuilt = True
         self.cache.close()
-        quarantine(self.dir, self._seen)
+        quarantine(self.dir, "cache.db", self._seen)
         self.cache, _ = open_cache(self.dir, self._modes, **self._settings)
         self._seen = db_stat(self.dir)
         self._on_damage("index database is damaged; moved it aside and started an empty one")

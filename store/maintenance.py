@@ -82,9 +82,7 @@ def evict(blobs: Blobs, index: Index, stats: Stats | None, target: int, *, grace
                 index.drop_entry(key)
     if stats is not None:
         # Rescanning corrects any drift of the shared counter (racing puts, killed writers).
-        with stats.cache.transact():
-            stats.set("size", total)
-            stats.add(evictions=evictions)
+        stats.update(set_values={"size": total}, add={"evictions": evictions})
     return freed
 
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
-from typing import Any
+
+TYPE_CHECKING = False  # typing and dataclasses cost ~15 ms to import; the hot path avoids them
+if TYPE_CHECKING:
+    from typing import Any
 
 #: Version of the manifest encoding; an entry with another version reads as a miss.
 FORMAT = 1
@@ -22,7 +24,6 @@ def valid_digest(digest: object) -> bool:
     return isinstance(digest, str) and len(digest) == _DIGEST_LEN and _HEX.issuperset(digest)
 
 
-@dataclass(frozen=True)
 class Manifest:
     """The outputs of one action by role (digest, size), plus how and when they were made.
 
@@ -30,9 +31,24 @@ class Manifest:
     hit), toolchain (identity string) and key_version (key format of the distributor).
     """
 
-    key: str
-    outputs: dict[str, tuple[str, int]]
-    meta: dict[str, Any] = field(default_factory=dict)
+    __slots__ = ("key", "meta", "outputs")
+
+    def __init__(
+        self, key: str, outputs: dict[str, tuple[str, int]], meta: dict[str, Any] | None = None
+    ) -> None:
+        self.key = key
+        self.outputs = outputs
+        self.meta: dict[str, Any] = {} if meta is None else meta
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Manifest):
+            return NotImplemented
+        return (self.key, self.outputs, self.meta) == (other.key, other.outputs, other.meta)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable dicts inside
+
+    def __repr__(self) -> str:
+        return f"Manifest(key={self.key!r}, outputs={self.outputs!r}, meta={self.meta!r})"
 
     @property
     def duration(self) -> float:

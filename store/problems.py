@@ -6,9 +6,12 @@ import contextlib
 import errno
 import sqlite3
 import sys
-from collections.abc import Callable
 
-Warn = Callable[[str], None]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    Warn = Callable[[str], None]
 
 
 def default_warn(message: str) -> None:

@@ -5,18 +5,21 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
 
 from .blobs import Blobs, Outcome
 from .claims import Claim, claim_path
 from .fsutil import Modes
 from .index import Index
 from .manifest import Manifest, valid_key
-from .problems import Problems, Warn
+from .problems import Problems
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from typing import Any
+
     from .maintenance import VerifyReport
+    from .problems import Warn
     from .stats import Stats
 
 DEFAULT_MAX_SIZE = 5 * 2**30
@@ -143,9 +146,9 @@ class Store:
                 if ref is None:
                     return False
                 outcome = self._blobs.copy_out(ref[0], ref[1], os.fspath(dest))
-                if outcome is not Outcome.OK:
+                if outcome != Outcome.OK:
                     self._drop(manifest.key)
-                    if outcome is Outcome.CORRUPT:
+                    if outcome == Outcome.CORRUPT:
                         self._problems.report(
                             "corrupt-blob", f"blob {ref[0]} was damaged; removed it (a miss)"
                         )
