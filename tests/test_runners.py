@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from cached_dist import jobfile
-from cached_dist.distributor import dispatch
+from cached_dist.distributor import dispatch, raise_failures
 from cached_dist.errors import JobsFailedError
 from cached_dist.jobfile import JobFile
 from cached_dist.log import Log
@@ -166,7 +166,8 @@ def test_no_fallback_reports_what_is_missing(
     (tmp_path / "inner.py").write_text(INNER)
     inner = (sys.executable, str(tmp_path / "inner.py"), str(done_by_inner), str(status))
     with pytest.raises(JobsFailedError, match=message):
-        dispatch(jf, jf.jobs, Options(jobs=2, inner=inner, no_fallback=True), Log())
+        outcome = dispatch(jf, jf.jobs, Options(jobs=2, inner=inner, no_fallback=True), Log())
+        raise_failures(outcome.failures)
 
 
 def test_largest_module_starts_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

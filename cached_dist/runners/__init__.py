@@ -20,6 +20,7 @@ class Failure:
 
 class Runner(Protocol):
     name: str
+    durations: dict[int, float]  # job index -> seconds its compilation took, after run()
 
     def run(self, job_file: JobFile, jobs: Sequence[Job]) -> list[Failure]:
         """Runs ``jobs``; returns those that failed or left an output missing."""

@@ -8,6 +8,7 @@ file and are relayed, tagged with the job, when it ends: parallel jobs never int
 import contextlib
 import os
 import select
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -24,6 +25,7 @@ class _Running:
     pid: int
     pidfd: int
     output_fd: int
+    started: float
 
 
 class LocalRunner:
@@ -35,6 +37,7 @@ class LocalRunner:
     def __init__(self, parallel: int, log: Log) -> None:
         self.parallel = max(1, parallel)
         self.log = log
+        self.durations: dict[int, float] = {}
 
     def run(self, job_file: JobFile, jobs: Sequence[Job]) -> list[Failure]:
         order = sorted(jobs, key=_module_size, reverse=True)  # stable: ties keep file order
@@ -69,6 +72,7 @@ class LocalRunner:
 
     def _finish(self, r: _Running) -> Failure | None:
         _, status = os.waitpid(r.pid, 0)
+        self.durations[r.job.index] = time.monotonic() - r.started
         os.close(r.pidfd)
         text = _drain(r.output_fd)
         self.log.passthrough(os.path.basename(r.job.module), text)
@@ -109,7 +113,7 @@ def _spawn(command: list[str], job: Job) -> _Running:
         if e.filename is None:
             e.filename = command[0]
         raise
-    return _Running(job, pid, os.pidfd_open(pid), out)
+    return _Running(job, pid, os.pidfd_open(pid), out, time.monotonic())
 
 
 def _output_file() -> int:

@@ -2,6 +2,7 @@
 
 import contextlib
 import os
+import time
 from collections.abc import Sequence
 
 from .. import jobfile
@@ -22,15 +23,19 @@ class WrappedRunner:
         self.command = list(command)
         self.name = f"inner distributor {' '.join(self.command)!r}"
         self.log = log
+        self.durations: dict[int, float] = {}
 
     def run(self, job_file: JobFile, jobs: Sequence[Job]) -> list[Failure]:
         path = _inner_job_file_path(job_file.path)
         jobfile.write_lld(job_file, jobs, path)
+        started = time.monotonic()
         try:
             status = _run([*self.command, path])
         finally:
             with contextlib.suppress(OSError):
                 os.unlink(path)
+        share = (time.monotonic() - started) / max(1, len(jobs))  # no per-job timing from it
+        self.durations = {j.index: share for j in jobs}
         if status != 0:
             what = f"exit status {status}" if status > 0 else f"killed by signal {-status}"
             return [Failure(j, f"{self.name} failed ({what})") for j in jobs]

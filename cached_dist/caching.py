@@ -1,0 +1,180 @@
+"""A link through the cache: key every job, serve hits, compile misses once across links.
+
+Single-flight across concurrent links: a miss is claimed in the store before it is compiled;
+a job whose key another process has claimed is compiled by nobody here until that process
+has finished its own batch: then it is read from the store (or, if the holder died or took
+too long, compiled here). No step waits while holding a claim, so links cannot deadlock.
+
+A cache problem never fails a link: the store degrades to misses, and a job whose key cannot
+be computed is simply compiled and not stored.
+"""
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from . import toolchain
+from .digests import Digests
+from .distributor import Outcome, Summary, dispatch, raise_failures
+from .jobfile import Job, JobFile
+from .key import KEY_FORMAT, job_key
+from .log import Log
+from .options import Options
+
+if TYPE_CHECKING:
+    from store import Store
+
+# Longest time one link waits, in total, for other links' compilations of keys it needs;
+# past it the remaining jobs are compiled here. Dead holders are detected in about a second.
+WAIT_BOUND = 600.0
+
+
+@dataclass
+class Keyed:
+    job: Job
+    key: str | None  # None: cannot be cached (an input unreadable, compiler missing)
+    toolchain: str = ""
+
+
+def output_roles(job: Job) -> dict[str, str]:
+    return {f"output{i}": path for i, path in enumerate(job.outputs)}
+
+
+def open_store(options: Options, log: Log) -> "Store | None":
+    from store import Store
+
+    def warn(message: str) -> None:
+        log.warn(f"cache {options.cache_dir}: {message}")
+
+    try:
+        store = Store(options.cache_dir, max_size=options.max_size, warn=warn)
+    except Exception as e:  # the store promises not to raise; belt and braces
+        warn(f"unusable ({e}); linking without the cache")
+        return None
+    return store if store.usable else None
+
+
+def compute_keys(job_file: JobFile, store: "Store", log: Log) -> list[Keyed]:
+    digests = Digests()
+    identities: dict[str, str | None] = {}
+    keyed = []
+    for job in job_file.jobs:
+        compiler = job_file.command(job)[0]
+        if compiler not in identities:
+            try:
+                identities[compiler] = toolchain.identity(compiler, store)
+            except OSError:
+                identities[compiler] = None  # the runner will report the missing compiler
+        ident = identities[compiler]
+        key = None
+        if ident is not None:
+            try:
+                key = job_key(job_file, job, digests, ident)
+            except OSError as e:
+                log.detail(f"not cacheable: {job.primary_output}: {e}")
+        keyed.append(Keyed(job, key, ident or ""))
+    return keyed
+
+
+class CachedLink:
+    def __init__(self, job_file: JobFile, options: Options, log: Log, store: "Store") -> None:
+        self.job_file = job_file
+        self.options = options
+        self.log = log
+        self.store = store
+        self.summary = Summary(len(job_file.jobs))
+        self.time_saved = 0.0
+        self.bytes_served = 0
+
+    def serve(self, k: Keyed) -> bool:
+        """Copies a stored result to the job's outputs; False is a miss."""
+        if k.key is None:
+            return False
+        manifest = self.store.get(k.key)
+        if manifest is None or len(manifest.outputs) != len(k.job.outputs):
+            return False
+        if not self.store.materialize(manifest, output_roles(k.job)):
+            return False
+        self.summary.hits += 1
+        self.bytes_served += sum(size for _, size in manifest.outputs.values())
+        self.time_saved += float(manifest.meta.get("duration", 0.0) or 0.0)
+        self.log.detail(f"hit  {k.key} {k.job.module}")
+        return True
+
+    def compile(self, batch: Sequence[Keyed]) -> Outcome:
+        """Compiles ``batch`` and stores every job whose outputs all exist afterwards."""
+        if not batch:
+            return Outcome()
+        for k in batch:
+            self.log.detail(f"miss {k.key or '(not cacheable)'} {k.job.module}")
+        outcome = dispatch(self.job_file, [k.job for k in batch], self.options, self.log)
+        done = {j.index for j in outcome.compiled}
+        for k in batch:
+            if k.key is not None and k.job.index in done:
+                self.store.put(
+                    k.key, output_roles(k.job), duration=outcome.durations.get(k.job.index, 0.0),
+                    toolchain=k.toolchain, key_version=KEY_FORMAT,
+                )  # fmt: skip
+        self.summary.compiled += len(outcome.compiled)
+        self.summary.fallback += outcome.fallback
+        return outcome
+
+    def run(self, keyed: list[Keyed]) -> None:
+        misses = [k for k in keyed if not self.serve(k)]
+        mine, theirs, claims = [], [], []
+        try:
+            for k in misses:
+                if k.key is None:
+                    mine.append(k)
+                    continue
+                claim = self.store.claim(k.key, wait=0)
+                if claim.acquired:
+                    claims.append(claim)
+                    mine.append(k)
+                elif claim.reason == "entry" and self.serve(k):
+                    continue
+                elif claim.reason in ("unusable", "error"):
+                    mine.append(k)
+                else:
+                    theirs.append(k)
+            first = self.compile(mine)
+        finally:
+            for claim in claims:
+                claim.release()
+        raise_failures(first.failures)
+        late = self.await_others(theirs)
+        raise_failures(self.compile(late).failures)
+
+    def await_others(self, theirs: list[Keyed]) -> list[Keyed]:
+        """Waits for keys other links are compiling; returns those left for us to compile."""
+        left = []
+        deadline = time.monotonic() + WAIT_BOUND
+        for k in theirs:
+            assert k.key is not None
+            with self.store.claim(k.key, wait=max(0.0, deadline - time.monotonic())):
+                pass  # released at once: compiling it while holding could deadlock two links
+            if not self.serve(k):
+                left.append(k)
+        return left
+
+
+def run_cached(job_file: JobFile, options: Options, log: Log) -> Summary:
+    store = open_store(options, log)
+    if store is None:
+        outcome = dispatch(job_file, job_file.jobs, options, log)
+        raise_failures(outcome.failures)
+        return Summary(len(job_file.jobs), 0, len(outcome.compiled), outcome.fallback)
+    link = CachedLink(job_file, options, log, store)
+    try:
+        link.run(compute_keys(job_file, store, log))
+    finally:
+        misses = link.summary.compiled
+        store.record(
+            hits=link.summary.hits,
+            misses=misses,
+            time_saved=link.time_saved,
+            bytes_served=link.bytes_served,
+        )
+        store.close()
+    return link.summary

@@ -1,0 +1,46 @@
+"""Cache maintenance commands, one module each: stats, clear, trim, verify."""
+
+import os
+from collections.abc import Sequence
+from importlib import import_module
+from typing import TYPE_CHECKING
+
+from ..errors import UsageError
+from ..log import Log
+from ..options import Options, resolve
+
+if TYPE_CHECKING:
+    from store import Store
+
+
+def options_for(args: Sequence[str]) -> tuple[Options, Log]:
+    """The same options (and environment, config file) as a link; no job file, no inner."""
+    if "--" in args:
+        raise UsageError("commands take no inner distributor")
+    options = resolve(list(args), [], os.environ)
+    return options, Log(quiet=options.quiet, verbose=options.verbose)
+
+
+def open_store(options: Options, log: Log) -> "Store":
+    from store import Store
+
+    if not os.path.isdir(options.cache_dir):
+        raise UsageError(f"no cache at {options.cache_dir}")
+    return Store(options.cache_dir, max_size=options.max_size, warn=log.warn)
+
+
+def run_command(name: str, args: Sequence[str]) -> int:
+    module = import_module(f".{name}", __name__)
+    if "-h" in args or "--help" in args:
+        print(module.__doc__)
+        return 0
+    status: int = module.main(list(args))
+    return status
+
+
+def human_size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"  # pragma: no cover

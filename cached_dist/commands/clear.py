@@ -1,0 +1,14 @@
+"""usage: cached-dist clear [--cache-dir DIR]
+
+Removes every entry and blob from the cache (statistics are kept)."""
+
+from . import open_store, options_for
+
+
+def main(args: list[str]) -> int:
+    options, log = options_for(args)
+    store = open_store(options, log)
+    store.clear()
+    store.close()
+    log.info(f"cleared {options.cache_dir}")
+    return 0

@@ -1,0 +1,39 @@
+"""usage: cached-dist stats [--json] [--cache-dir DIR]
+
+Shows the cache's statistics, shared by every process that uses the directory: hits, misses,
+hit rate, entries, size and limit, evictions, corruptions and compile time saved."""
+
+import json
+
+from . import human_size, open_store, options_for
+
+
+def main(args: list[str]) -> int:
+    as_json = "--json" in args
+    options, log = options_for([a for a in args if a != "--json"])
+    store = open_store(options, log)
+    stats = dict(store.stats())
+    store.close()
+    lookups = stats["hits"] + stats["misses"]
+    stats["hit_rate"] = stats["hits"] / lookups if lookups else 0.0
+    stats["cache_dir"] = options.cache_dir  # type: ignore[assignment]
+    if as_json:
+        print(json.dumps(stats, indent=1, sort_keys=True))
+        return 0
+    rows = [
+        ("cache directory", options.cache_dir),
+        ("hits", stats["hits"]),
+        ("misses", stats["misses"]),
+        ("hit rate", f"{100 * stats['hit_rate']:.1f} %"),
+        ("entries", stats["entries"]),
+        ("size", f"{human_size(stats['size'])} of {human_size(stats['max_size'])}"),
+        ("stores", stats.get("stores", 0)),
+        ("evictions", stats.get("evictions", 0)),
+        ("corruptions", stats.get("corruptions", 0)),
+        ("bytes stored", human_size(stats.get("bytes_stored", 0))),
+        ("bytes served", human_size(stats.get("bytes_served", 0))),
+        ("compile time saved", f"{stats['time_saved']:.1f} s"),
+    ]
+    for name, value in rows:
+        print(f"{name:<20} {value}")
+    return 0

@@ -1,0 +1,83 @@
+"""The cache key of a backend job: everything that determines its outputs, nothing else.
+
+Ingredients (see docs/keys.md for why each is there):
+- the key-format version, so a new recipe never meets old entries;
+- the toolchain identity (compiler executable and its LLVM libraries) and, when the job file
+  has one, the linker version;
+- the command line after the compiler, with every path of the job's own files replaced by
+  its role, so LLD's per-link names (``t1.1.2427.native.o``) never enter the key;
+- for any other argument naming an existing file: its content, and the working directory
+  when that path is relative;
+- the content of the module, of each module it imports from, of extra and common inputs;
+- the summary index shard, through :func:`shard_digest`.
+"""
+
+import os
+from collections.abc import Callable
+
+import xxhash
+
+from .digests import Digests
+from .jobfile import Job, JobFile
+
+KEY_FORMAT = 1
+
+ShardDigest = Callable[[Job, Digests], str]
+
+
+def raw_shard_digest(job: Job, digests: Digests) -> str:
+    """The shard's bytes as they are: right, but per-link names inside make it miss more."""
+    return "raw:" + (digests.of(job.shard) if job.shard is not None else "none")
+
+
+def roles(job_file: JobFile, job: Job) -> dict[str, str]:
+    """Each of the job's own file paths -> the role it plays (first role wins)."""
+    named: dict[str, str] = {}
+    pairs = [(job.module, "<module>")]
+    if job.shard is not None:
+        pairs.append((job.shard, "<shard>"))
+    pairs += [(p, f"<import{i}>") for i, p in enumerate(job.imports)]
+    pairs += [(p, f"<extra{i}>") for i, p in enumerate(job.extra_inputs)]
+    pairs += [(p, f"<common{i}>") for i, p in enumerate(job_file.common_inputs)]
+    pairs += [(p, f"<output{i}>") for i, p in enumerate(job.outputs)]
+    for path, role in pairs:
+        named.setdefault(path, role)
+    return named
+
+
+def job_key(
+    job_file: JobFile,
+    job: Job,
+    digests: Digests,
+    toolchain: str,
+    shard_digest: ShardDigest = raw_shard_digest,
+) -> str:
+    """The key as a hex string; OSError if an input cannot be read."""
+    named = roles(job_file, job)
+    parts = [f"cached-dist key {KEY_FORMAT}", toolchain, job_file.linker_version or "-", "argv"]
+    others: list[str] = []
+    for arg in job_file.command(job)[1:]:  # [0] is the compiler: the toolchain identity
+        flag, eq, value = arg.partition("=")
+        if arg in named:
+            parts.append(named[arg])
+        elif eq and value in named:
+            parts.append(f"{flag}={named[value]}")
+        else:
+            parts.append(arg)
+            path = value if eq else arg
+            if path and not path.startswith("-") and os.path.isfile(path):
+                others.append(path)
+    if others:
+        parts.append("files")
+        for path in others:
+            parts += [path, digests.of(path)]
+        if any(not os.path.isabs(p) for p in others):
+            parts += ["cwd", os.getcwd()]
+    parts += ["module", digests.of(job.module), "imports"]
+    parts += [digests.of(p) for p in job.imports]
+    parts.append("extra")
+    parts += [digests.of(p) for p in job.extra_inputs]
+    parts.append("common")
+    parts += [digests.of(p) for p in job_file.common_inputs]
+    parts += ["shard", shard_digest(job, digests)]
+    return xxhash.xxh3_128_hexdigest("\0".join(parts).encode("utf-8", "surrogateescape"))

@@ -1,0 +1,139 @@
+"""Each ingredient of the key makes a miss when it changes; per-link names alone do not."""
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cached_dist import jobfile, toolchain
+from cached_dist.digests import Digests
+from cached_dist.jobfile import JobFile
+from cached_dist.key import job_key
+
+
+def write(d: Path, name: str, data: str) -> str:
+    path = d / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(data)
+    return name
+
+
+def job_file(
+    d: Path, pid: int = 2427, member: str = "t2.o", linker_version: str | None = None,
+    common_args: list[str] | None = None, contents: dict[str, str] | None = None,
+) -> JobFile:  # fmt: skip
+    """A one-job LLD-schema file whose per-link names depend on ``pid`` and ``member``."""
+    c = {"module": "bitcode of t1", "shard": "shard", "import": "bitcode of t2", "prof": "p"}
+    c.update(contents or {})
+    module = write(d, "t1.o", c["module"])
+    imp = write(d, member, c["import"])
+    shard = write(d, f"t1.1.{pid}.native.o.thinlto.bc", c["shard"])
+    prof = write(d, "prof.profdata", c["prof"])
+    out = f"t1.1.{pid}.native.o"
+    common: dict[str, Any] = {
+        "linker_output": f"app{pid}",
+        "args": common_args or ["clang", "-c", "--target=x86_64-pc-linux-gnu", "-O2", "-fpic"],
+        "inputs": [prof],
+    }
+    if linker_version:
+        common["linker_version"] = linker_version
+    doc = {"common": common, "jobs": [{
+        "args": [module, f"-fthinlto-index={shard}", "-o", out],
+        "inputs": [module, shard, imp], "outputs": [out]}]}  # fmt: skip
+    return jobfile.parse(doc, str(d / f"app.{pid}.dist-file.json"))
+
+
+def key_of(jf: JobFile, tool: str = "toolchain-a") -> str:
+    return job_key(jf, jf.jobs[0], Digests(), tool)
+
+
+@pytest.fixture
+def base(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.chdir(tmp_path)
+    return key_of(job_file(tmp_path))
+
+
+def test_same_inputs_same_key(tmp_path: Path, base: str) -> None:
+    assert key_of(job_file(tmp_path)) == base
+
+
+def test_per_link_names_do_not_enter_the_key(tmp_path: Path, base: str) -> None:
+    other = job_file(tmp_path, pid=9911, member="libx.a(t2.o at 78).2.EAB.o")
+    assert key_of(other) == base
+
+
+@pytest.mark.parametrize("ingredient", ["module", "import", "shard", "prof"])
+def test_changed_content_misses(tmp_path: Path, base: str, ingredient: str) -> None:
+    assert key_of(job_file(tmp_path, contents={ingredient: "changed"})) != base
+
+
+def test_changed_toolchain_and_linker_version_miss(tmp_path: Path, base: str) -> None:
+    assert key_of(job_file(tmp_path), tool="toolchain-b") != base
+    with_version = key_of(job_file(tmp_path, linker_version="LLD 22.1.8"))
+    assert with_version != base
+    assert key_of(job_file(tmp_path, linker_version="LLD 22.1.9")) != with_version
+
+
+ARGS = ["clang", "-c", "--target=x86_64-pc-linux-gnu", "-O2", "-fpic"]
+
+
+@pytest.mark.parametrize("position", range(1, len(ARGS)))
+def test_every_command_line_argument_counts(tmp_path: Path, base: str, position: int) -> None:
+    args = list(ARGS)
+    args[position] += "x"
+    assert key_of(job_file(tmp_path, common_args=args)) != base
+    assert key_of(job_file(tmp_path, common_args=[*ARGS, "-g"])) != base
+
+
+def test_other_files_on_the_command_line_count_by_content_and_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    keys = []
+    for sub, text in (("a", "list1"), ("a", "list2"), ("b", "list2")):
+        monkeypatch.chdir(tmp_path / sub)
+        write(tmp_path / sub, "sym.txt", text)
+        keys.append(key_of(job_file(tmp_path / sub, common_args=[*ARGS, "-fsymbol-list=sym.txt"])))
+    assert len(set(keys)) == 3  # content, then working directory, each make a difference
+
+
+def test_the_compiler_identity_covers_its_content(tmp_path: Path) -> None:
+    compiler = tmp_path / "cc"
+    compiler.write_text("#!/bin/sh\necho v1\n")
+    compiler.chmod(0o755)
+    first = toolchain.identity(str(compiler), toolchain.NoMemo())
+    compiler.write_text("#!/bin/sh\necho v2\n")
+    assert toolchain.identity(str(compiler), toolchain.NoMemo()) != first
+
+
+def test_real_clang_identity_includes_its_llvm_libraries() -> None:
+    clang = "/usr/lib/llvm-22/bin/clang"
+    if not os.path.exists(clang):
+        pytest.skip("clang-22 not installed")
+    libs = toolchain.toolchain_libraries(os.path.realpath(clang))
+    assert any("libLLVM" in lib for lib in libs) and any("libclang-cpp" in lib for lib in libs)
+
+
+class DictMemo:
+    def __init__(self) -> None:
+        self.data: dict[tuple[str, str], str] = {}
+
+    def memo_get(self, namespace: str, key: str) -> str | None:
+        return self.data.get((namespace, key))
+
+    def memo_put(self, namespace: str, key: str, value: str) -> None:
+        self.data[(namespace, key)] = value
+
+
+def test_toolchain_identity_is_memoized_by_file_identity(tmp_path: Path) -> None:
+    compiler = tmp_path / "cc"
+    compiler.write_text("#!/bin/sh\n")
+    compiler.chmod(0o755)
+    memo = DictMemo()
+    first = toolchain.identity(str(compiler), memo)
+    assert any(ns == "toolchain" for ns, _ in memo.data)
+    assert toolchain.identity(str(compiler), memo) == first
+    compiler.write_text("#!/bin/sh\n# now different\n")  # new size and mtime: memo misses
+    assert toolchain.identity(str(compiler), memo) != first
