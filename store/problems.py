@@ -42,6 +42,8 @@ def classify(error: BaseException) -> str:
         return "index-io"
     if isinstance(error, sqlite3.DatabaseError):
         return "index-damaged"
+    if type(error).__module__.startswith("diskcache"):
+        return "busy"  # diskcache.Timeout: the database stayed locked past the busy timeout
     return "internal"
 
 
