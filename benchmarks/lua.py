@@ -7,11 +7,20 @@ from pathlib import Path
 from .sources import WORK, fetch
 
 LLVM_BIN = Path("/usr/lib/llvm-22/bin")
-MAKE_VARS = ["CC=clang", "AR=llvm-ar rcu", "RANLIB=llvm-ranlib", "MYCFLAGS=-flto=thin"]
 
 
-def build(dest: Path | None = None, ldflags: str = "-fuse-ld=lld -flto=thin") -> Path:
-    """A fresh copy of lua's tree under ``dest``, compiled by ``make linux``; returns src/."""
+def make_vars(thin: bool = False) -> list[str]:
+    ar = "AR=llvm-ar rcuT" if thin else "AR=llvm-ar rcu"
+    return ["CC=clang", ar, "RANLIB=llvm-ranlib", "MYCFLAGS=-flto=thin"]
+
+
+def build(
+    dest: Path | None = None, ldflags: str = "-fuse-ld=lld -flto=thin", thin: bool = False
+) -> Path:
+    """A fresh copy of lua's tree under ``dest``, compiled by ``make linux``; returns src/.
+
+    ``thin`` makes liblua.a a thin archive (``llvm-ar rcuT``) instead of a regular one.
+    """
     tree = fetch("lua5.4")
     dest = dest or WORK / "lua"
     if dest.exists():
@@ -20,7 +29,7 @@ def build(dest: Path | None = None, ldflags: str = "-fuse-ld=lld -flto=thin") ->
     src = dest / "src"
     env = {"PATH": f"{LLVM_BIN}:/usr/bin:/bin"}
     subprocess.run(
-        ["make", "-j2", "linux", *MAKE_VARS, f"MYLDFLAGS={ldflags}"],
+        ["make", "-j2", "linux", *make_vars(thin), f"MYLDFLAGS={ldflags}"],
         cwd=src, env=env, check=True, capture_output=True,
     )  # fmt: skip
     return src

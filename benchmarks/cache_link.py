@@ -1,0 +1,105 @@
+"""The cache's own costs on lua 5.4 (thin archive, 33 backend jobs for the `lua` link).
+
+    python -m benchmarks.cache_link [--rounds N]
+
+1. Full hit: wall time of the `cached-dist` process alone on the real job file of a link
+   whose every job is cached (budget: 100 ms + 0.5 ms per job).
+2. Cold link: a link through cached-dist with an empty cache against the same link through
+   the bare local runner (`--disable`), interleaved (budget: at most 5% slower).
+Results go to benchmarks/results/cache_link.json.
+"""
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from . import lua
+from .sources import WORK, machine
+from .timing import interleave, timed
+
+RESULTS = Path(__file__).parent / "results"
+CAPTURE = Path(__file__).parent / "capture_distributor.py"
+
+
+def cached_dist() -> str:
+    return str(Path(sys.executable).parent / "cached-dist")
+
+
+def byte_compile() -> None:
+    """Like an installed package: no module recompiled at each start."""
+    root = Path(__file__).parent.parent
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(root / "cached_dist"),
+                    str(root / "store")], check=True, capture_output=True)  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.cache_link", description=__doc__)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--hit-runs", type=int, default=21)
+    args = parser.parse_args(argv)
+    byte_compile()
+    say = lambda m: print(m, file=sys.stderr)  # noqa: E731
+    say("building lua 5.4 with a thin liblua.a")
+    work = WORK / "cache_link"
+    src = lua.build(work / "lua", thin=True)
+    cache = work / "cache"
+    saved = work / "saved"
+    for d in (cache, saved):
+        shutil.rmtree(d, ignore_errors=True)
+    capture = [
+        f"-fthinlto-distributor={sys.executable}",
+        f"-Xthinlto-distributor={CAPTURE},{saved},{cached_dist()},--cache-dir={cache}",
+    ]
+    say("warming the cache")
+    timed(lua.link_command("lua-warm", capture), src)
+    job_file = saved / "lua-warm.job.json"
+    jobs = len(json.loads(job_file.read_text())["jobs"])
+    for shard in saved.glob("*.thinlto.bc"):
+        shutil.copy(shard, src / shard.name)
+    hit_cmd = [cached_dist(), f"--cache-dir={cache}", "--quiet", str(job_file)]
+    hit_times = sorted(timed(hit_cmd, src) for _ in range(args.hit_runs))
+    hit = hit_times[len(hit_times) // 2]
+    budget = 0.100 + 0.0005 * jobs
+    say(f"full hit: {1000 * hit:.1f} ms for {jobs} jobs (budget {1000 * budget:.1f} ms)")
+    bare_python = sorted(timed([sys.executable, "-c", "pass"], src) for _ in range(args.hit_runs))
+
+    def cold_cached() -> float:
+        shutil.rmtree(work / "cold-cache", ignore_errors=True)
+        opts = f"-Xthinlto-distributor=--quiet,--cache-dir={work / 'cold-cache'}"
+        return timed(lua.link_command("lua-c", [f"-fthinlto-distributor={cached_dist()}", opts]),
+                     src)  # fmt: skip
+
+    def cold_bare() -> float:
+        opts = "-Xthinlto-distributor=--quiet,--disable"
+        return timed(lua.link_command("lua-b", [f"-fthinlto-distributor={cached_dist()}", opts]),
+                     src)  # fmt: skip
+
+    configs = {"cached-dist, empty cache": cold_cached, "bare local runner (--disable)": cold_bare}
+    results = interleave(configs, args.rounds, say)
+    cold = results["cached-dist, empty cache"].median
+    bare = results["bare local runner (--disable)"].median
+    report = {
+        "benchmark": "cache_link",
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "machine": machine(),
+        "program": f"lua 5.4, thin liblua.a, {jobs} backend jobs",
+        "full_hit": {"median_s": hit, "times_s": hit_times, "budget_s": budget,
+                     "bare_python_s": bare_python[len(bare_python) // 2]},
+        "cold": {"times_s": {n: m.times for n, m in results.items()},
+                 "cached_s": cold, "bare_s": bare, "overhead": cold / bare - 1},
+    }  # fmt: skip
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "cache_link.json").write_text(json.dumps(report, indent=1) + "\n")
+    print(
+        f"full hit {1000 * hit:.1f} ms for {jobs} jobs (budget {1000 * budget:.1f} ms); "
+        f"cold {cold:.3f} s vs bare {bare:.3f} s: overhead {100 * (cold / bare - 1):+.1f}%"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
