@@ -36,13 +36,16 @@ def byte_compile() -> None:
                     str(root / "store")], check=True, capture_output=True)  # fmt: skip
 
 
+def say(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.cache_link", description=__doc__)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--hit-runs", type=int, default=21)
     args = parser.parse_args(argv)
     byte_compile()
-    say = lambda m: print(m, file=sys.stderr)  # noqa: E731
     say("building lua 5.4 with a thin liblua.a")
     work = WORK / "cache_link"
     src = lua.build(work / "lua", thin=True)
