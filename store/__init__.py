@@ -9,6 +9,10 @@ from .claims import Claim
 from .manifest import Manifest
 from .store import DEFAULT_MAX_SIZE, Store
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from .maintenance import VerifyReport
+
 __all__ = ["DEFAULT_MAX_SIZE", "Claim", "Manifest", "Store", "VerifyReport"]
 
 

@@ -27,8 +27,11 @@ class HostAwareLease(SoftFileLease):
     (SIGSTOP, a debugger); here a provably live local holder always keeps its claim.
     """
 
+    # Hooks into filelock's private break path (checked against filelock 4.2); should it be
+    # renamed, this override goes unused and the plain lease rules (heartbeat) still hold.
     def _try_break_pinned_lock(self, pinned: int | None) -> None:
-        peer = self._read_peer()
+        read_peer = getattr(self, "_read_peer", None)
+        peer = read_peer() if read_peer is not None else None
         if peer is not None:
             owner = peer[0]
             if owner.hostname == host_name() and not owner_is_stale(

@@ -105,8 +105,7 @@ class Stats:
     def all(self) -> dict[str, int]:
         values = dict.fromkeys(COUNTERS, 0)
         for name, value in self._con.execute("SELECT name, value FROM counters"):
-            if name in values:
-                values[name] = int(value)
+            values[name] = int(value)  # the store's counters and its callers' own
         return values
 
     def close(self) -> None:

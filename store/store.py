@@ -159,6 +159,11 @@ class Store:
             self._fail("cannot copy a cached output", error)
             return False
 
+    def drop(self, key: str) -> None:
+        """Forget the entry for `key` (its blobs go when nothing else refers to them)."""
+        if self._index is not None and valid_key(key):
+            self._drop(key)
+
     def _drop(self, key: str) -> None:
         index = self._index
         if index is not None:
@@ -266,9 +271,16 @@ class Store:
     # -- statistics ---------------------------------------------------------------------
 
     def record(
-        self, *, hits: int = 0, misses: int = 0, time_saved: float = 0.0, bytes_served: int = 0
+        self,
+        *,
+        hits: int = 0,
+        misses: int = 0,
+        time_saved: float = 0.0,
+        bytes_served: int = 0,
+        **counters: int,
     ) -> None:
-        """One batched, atomic statistics update per link."""
+        """One batched, atomic statistics update per link; `counters` are the caller's own
+        (integer) counters, kept and reported by stats() beside the store's."""
         if self._index is None:
             return
         self._count(
@@ -276,6 +288,7 @@ class Store:
             misses=misses,
             time_saved_us=round(time_saved * 1e6),
             bytes_served=bytes_served,
+            **counters,
         )
 
     def stats(self) -> dict[str, int | float]:

@@ -245,3 +245,48 @@ def test_any_bytes_round_trip(tmp_path: Path, data: bytes, roles: set[str]) -> N
     assert s.materialize(m, dests)
     for role in roles:
         assert Path(dests[role]).read_bytes() == data + role.encode()
+
+
+def test_reflink_branch_is_verified_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """This file system cannot clone, so emulate FICLONE and check both clone paths hash."""
+    import store.blobs
+    from store.fsutil import reflink
+
+    probe_src, probe_dst = tmp_path / "p1", tmp_path / "p2"
+    probe_src.write_bytes(b"x" * 10)
+    with open(probe_src, "rb") as a, open(probe_dst, "wb") as b:
+        reflink(b.fileno(), a.fileno())  # real ioctl: True or False, never raises here
+
+    clones: list[int] = []
+
+    def fake_clone(dst: int, src: int) -> bool:
+        size = os.fstat(src).st_size
+        copied = 0
+        while copied < size:
+            n = os.copy_file_range(src, dst, size - copied, copied, copied)
+            copied += n
+        clones.append(size)
+        return True
+
+    monkeypatch.setattr(store.blobs, "reflink", fake_clone)
+    s = Store(tmp_path / "c")
+    data = os.urandom(100_000)
+    assert put_one(s, tmp_path, "ab", data)
+    m = s.get("ab")
+    assert m is not None
+    assert s.materialize(m, {"obj": str(tmp_path / "o")})
+    assert (tmp_path / "o").read_bytes() == data
+    assert clones == [len(data), len(data)]
+    blob = Path(s.root) / "blobs" / m.outputs["obj"][0][:2] / m.outputs["obj"][0][2:]
+    raw = bytearray(blob.read_bytes())
+    raw[7] ^= 1
+    blob.write_bytes(bytes(raw))
+    assert not s.materialize(m, {"obj": str(tmp_path / "o2")})
+    assert not (tmp_path / "o2").exists()
+    assert s.stats()["corruptions"] == 1
+
+
+def test_verify_report_type_is_exported() -> None:
+    from store import VerifyReport
+
+    assert VerifyReport().blobs_checked == 0

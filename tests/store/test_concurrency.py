@@ -215,3 +215,30 @@ def test_foreign_lease_mismatch_degrades_to_compute(
     _foreign_marker(Path(s.root) / "claims" / "abcd.lock", 99.0)
     c = s.claim("abcd", wait=1.0)
     assert not c.acquired
+
+
+def test_filelock_hooks_still_exist() -> None:
+    """Canary: HostAwareLease overrides these private SoftFileLease methods."""
+    from filelock import SoftFileLease
+
+    assert callable(getattr(SoftFileLease, "_try_break_pinned_lock", None))
+    assert callable(getattr(SoftFileLease, "_read_peer", None))
+
+
+def test_stopped_local_holder_is_never_broken(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A live holder on this host keeps its claim even when its heartbeat cannot run."""
+    monkeypatch.setattr(store.lease, "LEASE_DURATION", 0.5)
+    root = str(tmp_path / "c")
+    Store(root).close()
+    p, release = _start_holder(root, "abcd")
+    os.kill(p.pid or 0, signal.SIGSTOP)  # frozen: no heartbeat, but alive
+    try:
+        s = Store(root)
+        c = s.claim("abcd", wait=1.5)  # three lease durations without a refresh
+        assert not c.acquired and c.reason == "timeout"
+    finally:
+        os.kill(p.pid or 0, signal.SIGCONT)
+    release.set()
+    p.join(10)
