@@ -34,11 +34,18 @@ _UPSERT = (
 )
 
 
+#: Connections inherited across fork: never used nor closed in the child (closing one could
+#: make sqlite checkpoint and delete the WAL the parent still uses), just kept alive.
+_INHERITED: list[sqlite3.Connection] = []
+
+
 class Stats:
     """Atomic counters: each batch is one IMMEDIATE transaction, so concurrent adds never race."""
 
     def __init__(self, root: str, modes: Modes) -> None:
         self.dir = os.path.join(root, "stats")
+        self._modes = modes
+        self._pid = os.getpid()
         modes.makedirs(self.dir)
         try:
             self._con = self._connect(modes)
@@ -71,6 +78,15 @@ class Stats:
             modes.fix_path(path + suffix)
         return con
 
+    @property
+    def con(self) -> sqlite3.Connection:
+        """This process's connection (a forked child opens its own)."""
+        if self._pid != os.getpid():
+            _INHERITED.append(self._con)
+            self._con = self._connect(self._modes)
+            self._pid = os.getpid()
+        return self._con
+
     def add(self, **deltas: int) -> None:
         """Apply several counter deltas at once, atomically with respect to other processes."""
         rows = [(k, int(v)) for k, v in deltas.items() if v]
@@ -82,7 +98,7 @@ class Stats:
         self._write([(k, v) for k, v in add.items() if v], list(set_values.items()))
 
     def _write(self, adds: list[tuple[str, int]], sets: list[tuple[str, int]]) -> None:
-        con = self._con
+        con = self.con
         con.execute("BEGIN IMMEDIATE")
         try:
             if sets:
@@ -99,12 +115,12 @@ class Stats:
         self._write([], [(name, int(value))])
 
     def get(self, name: str) -> int:
-        row = self._con.execute("SELECT value FROM counters WHERE name = ?", (name,)).fetchone()
+        row = self.con.execute("SELECT value FROM counters WHERE name = ?", (name,)).fetchone()
         return int(row[0]) if row else 0
 
     def all(self) -> dict[str, int]:
         values = dict.fromkeys(COUNTERS, 0)
-        for name, value in self._con.execute("SELECT name, value FROM counters"):
+        for name, value in self.con.execute("SELECT name, value FROM counters"):
             values[name] = int(value)  # the store's counters and its callers' own
         return values
 

@@ -242,3 +242,24 @@ def test_stopped_local_holder_is_never_broken(
         os.kill(p.pid or 0, signal.SIGCONT)
     release.set()
     p.join(10)
+
+
+def _record_in_child(s: Store) -> None:
+    s.record(hits=5)
+    os._exit(0)
+
+
+def test_store_object_survives_fork(tmp_path: Path) -> None:
+    s = Store(tmp_path / "c")
+    s.record(hits=1)  # opens the statistics database before the fork
+    src = tmp_path / "s"
+    src.write_bytes(b"parent")
+    assert s.put("abcd", {"obj": str(src)}, duration=0, toolchain="t", key_version=1)
+    p = CTX.Process(target=_record_in_child, args=(s,))
+    p.start()
+    p.join(10)
+    assert p.exitcode == 0
+    s.record(hits=1)
+    assert s.stats()["hits"] == 7
+    m = s.get("abcd")
+    assert m is not None and s.materialize(m, {"obj": str(tmp_path / "o")})
