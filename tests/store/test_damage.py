@@ -213,3 +213,24 @@ def test_full_disk(tmpfs: Path, tmp_path: Path) -> None:
     filler.unlink()
     assert put(s, tmp_path, "aa04", b"back" * 100)
     assert s.get("aa04") is not None
+
+
+def test_permission_error_is_reported_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """We run as root, so simulate EACCES where a put publishes its blob."""
+    w = Warnings()
+    s = Store(tmp_path / "c", warn=w)
+    assert put(s, tmp_path, "aa01", b"ok")
+
+    def denied(src: str, dst: str) -> None:
+        raise PermissionError(13, "Permission denied", dst)
+
+    monkeypatch.setattr(os, "rename", denied)
+    for i in range(5):
+        assert not put(s, tmp_path, f"bb{i:02x}", f"new {i}".encode())
+    monkeypatch.undo()
+    assert [m for m in w.messages if "permission" in m] == [w.messages[0]]
+    assert len(w.messages) == 1
+    assert not list((tmp_path / "c" / "tmp").iterdir())
+    m = s.get("aa01")
+    assert m is not None and s.materialize(m, {"obj": str(tmp_path / "o")})
+    assert s.usable and put(s, tmp_path, "bb00", b"new 0")
