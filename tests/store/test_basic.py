@@ -290,3 +290,15 @@ def test_verify_report_type_is_exported() -> None:
     from store import VerifyReport
 
     assert VerifyReport().blobs_checked == 0
+
+
+def test_drop_and_caller_counters(tmp_path: Path) -> None:
+    s = Store(tmp_path / "c")
+    assert put_one(s, tmp_path, "ab", b"x")
+    s.drop("ab")
+    s.drop("not hex")  # ignored, never raises
+    assert s.get("ab") is None
+    s.record(hits=1, verified=3)
+    s.record(verified=2)
+    st_ = s.stats()
+    assert st_["hits"] == 1 and st_["verified"] == 5
