@@ -21,6 +21,7 @@ from .jobfile import Job, JobFile
 from .key import KEY_FORMAT, job_key
 from .log import Log
 from .options import Options
+from .shard_key import ShardKeys
 
 if TYPE_CHECKING:
     from store import Store
@@ -55,8 +56,9 @@ def open_store(options: Options, log: Log) -> "Store | None":
     return store if store.usable else None
 
 
-def compute_keys(job_file: JobFile, store: "Store", log: Log) -> list[Keyed]:
+def compute_keys(job_file: JobFile, store: "Store", log: Log, shard_keys: ShardKeys) -> list[Keyed]:
     digests = Digests()
+    shard_keys.prepare(job_file.jobs, digests)
     identities: dict[str, str | None] = {}
     keyed = []
     for job in job_file.jobs:
@@ -70,7 +72,7 @@ def compute_keys(job_file: JobFile, store: "Store", log: Log) -> list[Keyed]:
         key = None
         if ident is not None:
             try:
-                key = job_key(job_file, job, digests, ident)
+                key = job_key(job_file, job, digests, ident, shard_keys)
             except OSError as e:
                 log.detail(f"not cacheable: {job.primary_output}: {e}")
         keyed.append(Keyed(job, key, ident or ""))
@@ -86,6 +88,7 @@ class CachedLink:
         self.summary = Summary(len(job_file.jobs))
         self.time_saved = 0.0
         self.bytes_served = 0
+        self.counters: dict[str, int] = {}  # extra statistics: shards, verification
 
     def serve(self, k: Keyed) -> bool:
         """Copies a stored result to the job's outputs; False is a miss."""
@@ -122,6 +125,13 @@ class CachedLink:
 
     def run(self, keyed: list[Keyed]) -> None:
         misses = [k for k in keyed if not self.serve(k)]
+        if self.options.verify_hits > 0 and len(misses) < len(keyed):
+            from .verify_hits import verify_hits
+
+            missed = {id(k) for k in misses}
+            hits = [k for k in keyed if id(k) not in missed]
+            self.counters.update(verify_hits(self.job_file, hits, self.options, self.log,
+                                             self.store))  # fmt: skip
         mine, theirs, claims = [], [], []
         try:
             for k in misses:
@@ -166,15 +176,24 @@ def run_cached(job_file: JobFile, options: Options, log: Log) -> Summary:
         raise_failures(outcome.failures)
         return Summary(len(job_file.jobs), 0, len(outcome.compiled), outcome.fallback)
     link = CachedLink(job_file, options, log, store)
+    shard_keys = ShardKeys(store, options.jobs)
     try:
-        link.run(compute_keys(job_file, store, log))
-    finally:
-        misses = link.summary.compiled
-        store.record(
-            hits=link.summary.hits,
-            misses=misses,
-            time_saved=link.time_saved,
-            bytes_served=link.bytes_served,
+        keyed = compute_keys(job_file, store, log, shard_keys)
+        log.detail(
+            f"shards: {shard_keys.decoded} decoded, {shard_keys.memoized} memoized, "
+            f"{shard_keys.inexact} not canonical (can only hit byte-identical shards)"
         )
+        link.run(keyed)
+    finally:
+        counters = {
+            "shards_decoded": shard_keys.decoded,
+            "shards_memoized": shard_keys.memoized,
+            "shards_not_canonical": shard_keys.inexact,
+            **link.counters,
+        }
+        store.record(
+            hits=link.summary.hits, misses=link.summary.compiled, time_saved=link.time_saved,
+            bytes_served=link.bytes_served, **counters,
+        )  # fmt: skip
         store.close()
     return link.summary

@@ -20,7 +20,7 @@ import xxhash
 from .digests import Digests
 from .jobfile import Job, JobFile
 
-KEY_FORMAT = 1
+KEY_FORMAT = 2  # 2: canonical summary shards
 
 ShardDigest = Callable[[Job, Digests], str]
 

@@ -7,6 +7,10 @@ import json
 
 from . import human_size, open_store, options_for
 
+# Counters cached-dist keeps in the store beside the store's own (see caching.run_cached).
+EXTRA = ("shards_decoded", "shards_memoized", "shards_not_canonical", "hits_verified",
+         "hit_mismatches", "hits_unverifiable")  # fmt: skip
+
 
 def main(args: list[str]) -> int:
     as_json = "--json" in args
@@ -14,6 +18,8 @@ def main(args: list[str]) -> int:
     store = open_store(options, log)
     stats = dict(store.stats())
     store.close()
+    for name in EXTRA:
+        stats.setdefault(name, 0)
     lookups = stats["hits"] + stats["misses"]
     stats["hit_rate"] = stats["hits"] / lookups if lookups else 0.0
     stats["cache_dir"] = options.cache_dir  # type: ignore[assignment]
@@ -33,6 +39,11 @@ def main(args: list[str]) -> int:
         ("bytes stored", human_size(stats.get("bytes_stored", 0))),
         ("bytes served", human_size(stats.get("bytes_served", 0))),
         ("compile time saved", f"{stats['time_saved']:.1f} s"),
+        ("shards decoded", stats["shards_decoded"]),
+        ("shards memoized", stats["shards_memoized"]),
+        ("shards not canonical", stats["shards_not_canonical"]),
+        ("hits verified", stats["hits_verified"]),
+        ("hit mismatches", stats["hit_mismatches"]),
     ]
     for name, value in rows:
         print(f"{name:<20} {value}")

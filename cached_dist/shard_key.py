@@ -1,0 +1,157 @@
+"""The shard ingredient of the key: canonical summary shards, memoized and decoded in parallel.
+
+A shard names modules by path and values by per-link ids (see docs/shards.md); its canonical
+form (:mod:`cached_dist.shard`) does not. Decoding is pure Python, so:
+
+- the canonical digest is memoized in the store under the raw shard's digest plus the job's
+  own path -> content map (what the canonical form depends on): byte-identical shards, as
+  with thin archives or no archives, are never decoded twice;
+- the shards left to decode are split across forked workers when there are enough of them.
+"""
+
+import json
+import os
+from collections.abc import Sequence
+from typing import Protocol
+
+import xxhash
+
+from .digests import Digests
+from .jobfile import Job
+
+# Below this many bytes to decode, forking workers costs more than it saves.
+PARALLEL_MIN_BYTES = 64 * 1024
+
+
+class Memo(Protocol):
+    def memo_get(self, namespace: str, key: str) -> str | None: ...
+    def memo_put(self, namespace: str, key: str, value: str) -> None: ...
+
+
+def module_map(job: Job, digests: Digests) -> dict[str, str]:
+    """The job's module and imports, by every spelling a shard may use -> content digest."""
+    mapping: dict[str, str] = {}
+    for path in (job.module, *job.imports):
+        d = digests.of(path)
+        for spelling in (path, os.path.normpath(path), os.path.abspath(path)):
+            mapping.setdefault(spelling, d)
+    return mapping
+
+
+def _decode(data: bytes, mapping: dict[str, str]) -> tuple[str, bool]:
+    from .shard import canonical_shard
+
+    def module_digest(path: str) -> str | None:
+        return mapping.get(path) or mapping.get(os.path.normpath(path))
+
+    result = canonical_shard(data, module_digest)
+    return ("canon:" if result.exact else "raw:") + result.digest, result.exact
+
+
+class ShardKeys:
+    """Computes every job's shard digest for one link up front; then serves them to the key."""
+
+    def __init__(self, memo: Memo, parallel: int) -> None:
+        self.memo = memo
+        self.parallel = max(1, parallel)
+        self.digests: dict[int, str] = {}
+        self.decoded = 0  # shards decoded in this link
+        self.memoized = 0  # shards whose canonical digest came from the memo
+        self.inexact = 0  # shards that fell back to the raw form (can only miss)
+
+    def prepare(self, jobs: Sequence[Job], digests: Digests) -> None:
+        """Looks up the memo for every job; decodes the rest, in parallel when worth it."""
+        todo: list[tuple[int, str, bytes, dict[str, str]]] = []
+        for job in jobs:
+            if job.shard is None:
+                self.digests[job.index] = "none"
+                continue
+            try:
+                with open(job.shard, "rb") as f:
+                    data = f.read()
+                mapping = module_map(job, digests)
+            except OSError:
+                continue  # the key computation will fail on it too: not cacheable
+            memo_key = _memo_key(data, mapping, job)
+            found = self.memo.memo_get("shard", memo_key)
+            if found is not None:
+                self.digests[job.index] = found
+                self.memoized += 1
+                continue
+            todo.append((job.index, memo_key, data, mapping))
+        decoded = self._decode_all(todo)
+        for (index, memo_key, _, _), (digest, exact) in zip(todo, decoded, strict=True):
+            self.digests[index] = digest
+            self.decoded += 1
+            if not exact:
+                self.inexact += 1
+            self.memo.memo_put("shard", memo_key, digest)
+
+    def __call__(self, job: Job, digests: Digests) -> str:
+        """The :data:`cached_dist.key.ShardDigest` for jobs given to :meth:`prepare`."""
+        found = self.digests.get(job.index)
+        if found is None:
+            raise OSError(f"summary shard {job.shard} could not be read")
+        return found
+
+    def _decode_all(
+        self, todo: list[tuple[int, str, bytes, dict[str, str]]]
+    ) -> list[tuple[str, bool]]:
+        total = sum(len(t[2]) for t in todo)
+        workers = min(self.parallel, len(todo))
+        if workers <= 1 or total < PARALLEL_MIN_BYTES:
+            return [_decode(data, mapping) for _, _, data, mapping in todo]
+        return _decode_forked([(t[2], t[3]) for t in todo], workers)
+
+
+def _memo_key(data: bytes, mapping: dict[str, str], job: Job) -> str:
+    h = xxhash.xxh3_128(data)
+    for path in (job.module, *job.imports):
+        h.update(b"\0" + path.encode("utf-8", "surrogateescape") + b"\0" + mapping[path].encode())
+    return h.hexdigest()
+
+
+def _decode_forked(
+    tasks: list[tuple[bytes, dict[str, str]]], workers: int
+) -> list[tuple[str, bool]]:
+    """Splits ``tasks`` over ``workers`` processes (this one included), balanced by size.
+
+    Plain fork and a pipe per worker: no pool, no imports. A worker that fails leaves its
+    share to be decoded here, so the result never depends on the workers' fate.
+    """
+    shares: list[list[int]] = [[] for _ in range(workers)]
+    loads = [0] * workers
+    for i in sorted(range(len(tasks)), key=lambda i: -len(tasks[i][0])):
+        w = loads.index(min(loads))
+        shares[w].append(i)
+        loads[w] += len(tasks[i][0])
+    results: list[tuple[str, bool] | None] = [None] * len(tasks)
+    children: list[tuple[int, int, list[int]]] = []
+    for share in shares[1:]:
+        read_fd, write_fd = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - runs in the child
+            try:
+                os.close(read_fd)
+                out = json.dumps([_decode(*tasks[i]) for i in share]).encode()
+                with os.fdopen(write_fd, "wb") as pipe:
+                    pipe.write(out)
+            finally:
+                os._exit(0)
+        os.close(write_fd)
+        children.append((pid, read_fd, share))
+    for i in shares[0]:
+        results[i] = _decode(*tasks[i])
+    for pid, read_fd, share in children:
+        with os.fdopen(read_fd, "rb") as r:
+            raw = r.read()
+        os.waitpid(pid, 0)
+        try:
+            decoded = [(str(d), bool(e)) for d, e in json.loads(raw)]
+        except ValueError:
+            decoded = []
+        if len(decoded) != len(share):
+            decoded = [_decode(*tasks[i]) for i in share]
+        for i, value in zip(share, decoded, strict=True):
+            results[i] = value
+    return [r for r in results if r is not None]
