@@ -1,7 +1,5 @@
 """``python -m cached_dist``."""
 
-import sys
+from .cli import run
 
-from .cli import main
-
-sys.exit(main())
+run()

@@ -6,7 +6,6 @@ and the fresh bytes are used, so the link is right either way.
 """
 
 import contextlib
-import dataclasses
 import os
 import random
 from collections.abc import Sequence
@@ -39,7 +38,7 @@ def shadow(job: Job) -> Job | None:
             args.append(arg)
     if seen != set(renamed):
         return None
-    return dataclasses.replace(job, args=tuple(args), outputs=tuple(renamed.values()))
+    return job.replace(args=tuple(args), outputs=tuple(renamed.values()))
 
 
 def _same(a: str, b: str) -> bool:
