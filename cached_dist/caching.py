@@ -53,7 +53,10 @@ def open_store(options: Options, log: Log) -> Store | None:
         log.warn(f"cache {options.cache_dir}: {message}")
 
     try:
-        store = Store(options.cache_dir, max_size=options.max_size, warn=warn)
+        store = Store(
+            options.cache_dir, max_size=options.max_size, group_shared=options.group_shared,
+            warn=warn,
+        )  # fmt: skip
     except Exception as e:  # the store promises not to raise; belt and braces
         warn(f"unusable ({e}); linking without the cache")
         return None

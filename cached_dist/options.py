@@ -140,6 +140,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("max-size", "cache size limit, e.g. 500M, 5G, 5Gi (default: 5Gi)", parse_size,
                "SIZE"),
     OptionSpec("disable", "do not read or write the cache: a plain distributor"),
+    OptionSpec("group-shared", "create the cache for a group: setgid dirs, group-writable files"),
     OptionSpec("verify-hits", "recompile this fraction of hits and compare bytes (default: 0)",
                _fraction, "FRACTION"),
     OptionSpec("config", "TOML config file (default: $XDG_CONFIG_HOME/cached-dist/config.toml)",
@@ -163,6 +164,7 @@ class Options:
         cache_dir: str = "",
         max_size: int = DEFAULT_MAX_SIZE,
         disable: bool = False,
+        group_shared: bool = False,
         verify_hits: float = 0.0,
         config: str = "",
         inner: tuple[str, ...] = (),  # the wrapped distributor's command; () = local runner
@@ -175,6 +177,7 @@ class Options:
         self.cache_dir = cache_dir
         self.max_size = max_size
         self.disable = disable
+        self.group_shared = group_shared
         self.verify_hits = verify_hits
         self.config = config
         self.inner = inner

@@ -31,7 +31,7 @@ def test_defaults(tmp_path: Path) -> None:
     o = resolve([], [], _env(tmp_path))
     assert o.jobs == default_jobs() and o.max_size == DEFAULT_MAX_SIZE == 5 * 2**30
     assert o.cache_dir == str(tmp_path / "cache" / "cached-dist")
-    assert not (o.verbose or o.quiet or o.debug or o.no_fallback or o.disable)
+    assert not (o.verbose or o.quiet or o.debug or o.no_fallback or o.disable or o.group_shared)
     assert o.inner == ()
 
 

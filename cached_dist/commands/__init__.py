@@ -26,7 +26,10 @@ def open_store(options: Options, log: Log) -> "Store":
 
     if not os.path.isdir(options.cache_dir):
         raise UsageError(f"no cache at {options.cache_dir}")
-    return Store(options.cache_dir, max_size=options.max_size, warn=log.warn)
+    return Store(
+        options.cache_dir, max_size=options.max_size, group_shared=options.group_shared,
+        warn=log.warn,
+    )  # fmt: skip
 
 
 def run_command(name: str, args: Sequence[str]) -> int:
