@@ -7,13 +7,13 @@ import os
 import sqlite3
 import time
 
-import diskcache
-
-from .fsutil import Modes
-
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
+
+    import diskcache
+
+    from .fsutil import Modes
 
 #: sqlite busy timeout: writers queue this long for each other, then the operation is a miss.
 BUSY_TIMEOUT = 10.0
@@ -37,6 +37,8 @@ def open_cache(directory: str, modes: Modes, **settings: Any) -> tuple[diskcache
 
 
 def _open(directory: str, modes: Modes, settings: dict[str, Any]) -> diskcache.Cache:
+    import diskcache  # here, not at the top: a cached link reads through index.RowReader
+
     db = os.path.join(directory, "cache.db")
     if not os.path.exists(db):
         # Create it with the store's mode: sqlite gives its -wal and -shm files the same mode.

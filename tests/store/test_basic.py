@@ -302,3 +302,23 @@ def test_drop_and_caller_counters(tmp_path: Path) -> None:
     s.record(verified=2)
     st_ = s.stats()
     assert st_["hits"] == 1 and st_["verified"] == 5
+
+
+def test_reads_of_an_existing_store_skip_diskcache(tmp_path: Path) -> None:
+    """A cached link only reads: it must not pay for importing and opening diskcache."""
+    s = Store(tmp_path / "c")
+    assert put_one(s, tmp_path, "aa01", b"x" * 100)
+    s.memo_put("n", "k", "v" * 50)
+    s.close()
+    probe = (
+        "import sys, store\n"
+        f"s = store.Store({str(tmp_path / 'c')!r})\n"
+        "m = s.get('aa01')\n"
+        f"assert m is not None and s.materialize(m, {{'obj': {str(tmp_path / 'out')!r}}})\n"
+        "assert s.memo_get('n', 'k') == 'v' * 50 and s.get('bb02') is None\n"
+        "print('diskcache' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
+    assert (tmp_path / "out").read_bytes() == b"x" * 100
