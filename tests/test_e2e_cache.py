@@ -1,6 +1,5 @@
 """End to end with the cache: real clang-22/ld.lld-22 links, real compilations counted."""
 
-import json
 import os
 import shutil
 import signal
@@ -18,6 +17,7 @@ from .toolchain import (
     counting_compiler,
     requires_toolchain,
     run,
+    stats,
 )
 
 pytestmark = [requires_toolchain, pytest.mark.e2e]
@@ -33,13 +33,6 @@ def cached_link(
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     return done
-
-
-def stats(cache: Path) -> dict[str, float]:
-    done = run([cached_dist_exe(), "stats", "--json", f"--cache-dir={cache}"], cache.parent)
-    assert done.returncode == 0, done.stderr
-    result: dict[str, float] = json.loads(done.stdout)
-    return result
 
 
 @pytest.mark.parametrize(("program", "archive"), [("calc", "none"), ("shapes", "thin")])
@@ -87,25 +80,23 @@ def _edit(project: Project, source: str, old: str, new: str) -> None:
 
 
 def test_one_file_edit_recompiles_no_more_than_lld_own_cache(tmp_path: Path) -> None:
+    def link(mode: str, project: Project, cache: Path, wrapper: Path) -> None:
+        if mode == "cached-dist":
+            cached_link(project, cache, wrapper)
+            return
+        done = project.link(remote_compiler=wrapper, distributor_args=["--disable"],
+                            extra=[f"-Wl,--thinlto-cache-dir={cache}"])  # fmt: skip
+        assert done.returncode == 0, done.stderr
+
     counts = {}
     for mode in ("cached-dist", "lld-cache"):
         project = build("calc", tmp_path / mode)
         wrapper, counter = counting_compiler(tmp_path / mode)
         cache = tmp_path / mode / "cache"
-        if mode == "cached-dist":
-            cached_link(project, cache, wrapper)
-        else:
-            done = project.link(remote_compiler=wrapper, distributor_args=["--disable"],
-                                extra=[f"-Wl,--thinlto-cache-dir={cache}"])  # fmt: skip
-            assert done.returncode == 0, done.stderr
+        link(mode, project, cache, wrapper)
         cold = compilations(counter)
         _edit(project, "ops.c", "case '*':", "case '%': return b ? a % b : 0;\n    case '*':")
-        if mode == "cached-dist":
-            cached_link(project, cache, wrapper)
-        else:
-            done = project.link(remote_compiler=wrapper, distributor_args=["--disable"],
-                                extra=[f"-Wl,--thinlto-cache-dir={cache}"])  # fmt: skip
-            assert done.returncode == 0, done.stderr
+        link(mode, project, cache, wrapper)
         counts[mode] = compilations(counter) - cold
         assert project.run_program() == project.expected_output
     assert 1 <= counts["cached-dist"] <= counts["lld-cache"], counts

@@ -1,7 +1,6 @@
 """End to end: canonical shards make regular static archives, other directories and absolute
 paths hit, with every hit recompiled and compared (--verify-hits=1.0)."""
 
-import json
 import shutil
 from pathlib import Path
 
@@ -10,11 +9,11 @@ import pytest
 from .toolchain import (
     Project,
     build,
-    cached_dist_exe,
     compilations,
     counting_compiler,
     requires_toolchain,
     run,
+    stats,
 )
 
 pytestmark = [requires_toolchain, pytest.mark.e2e]
@@ -28,12 +27,6 @@ def link(project: Project, cache: Path, wrapper: Path, *extra: str, out: str = "
     assert done.returncode == 0, done.stderr
     assert "MISMATCH" not in done.stderr, done.stderr
     return done.stderr
-
-
-def stats(cache: Path) -> dict[str, int]:
-    done = run([cached_dist_exe(), "stats", "--json", f"--cache-dir={cache}"], cache.parent)
-    result: dict[str, int] = json.loads(done.stdout)
-    return result
 
 
 @pytest.mark.parametrize("program", ["calc", "shapes"])

@@ -1,5 +1,6 @@
 """Real clang-22/ld.lld-22 builds of the sample programs in tests/programs, for e2e tests."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -119,6 +120,14 @@ def counting_compiler(where: Path, sleep: float = 0.0) -> tuple[Path, Path]:
     script.write_text(f"#!/bin/sh\necho \"$$\" >> '{counter}'\n{pause}exec '{CLANG}' \"$@\"\n")
     script.chmod(0o755)
     return script, counter
+
+
+def stats(cache: Path) -> dict[str, float]:
+    """``cached-dist stats --json`` for ``cache``."""
+    done = run([cached_dist_exe(), "stats", "--json", f"--cache-dir={cache}"], cache.parent)
+    assert done.returncode == 0, done.stderr
+    result: dict[str, float] = json.loads(done.stdout)
+    return result
 
 
 def compilations(counter: Path) -> int:
