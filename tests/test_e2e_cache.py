@@ -226,3 +226,39 @@ def test_stats_without_a_cache_is_a_clear_error(tmp_path: Path) -> None:
     done = run([cached_dist_exe(), "stats", f"--cache-dir={tmp_path / 'none'}"], tmp_path)
     assert done.returncode == 2
     assert done.stderr.strip() == f"cached-dist: error: no cache at {tmp_path / 'none'}"
+
+
+def test_damaged_index_warns_once_and_links(tmp_path: Path) -> None:
+    project = build("calc", tmp_path / "p")
+    wrapper, counter = counting_compiler(tmp_path)
+    cache = tmp_path / "cache"
+    cached_link(project, cache, wrapper, "first")
+    db = cache / "index" / "cache.db"
+    for extra in ("-wal", "-shm"):
+        Path(f"{db}{extra}").unlink(missing_ok=True)
+    db.write_bytes(b"not a database at all" * 1000)
+    done = cached_link(project, cache, wrapper, "second")
+    warnings = [ln for ln in done.stderr.splitlines() if "warning" in ln]
+    assert len(warnings) == 1 and "index database" in warnings[0], done.stderr
+    assert compilations(counter) == 10  # everything compiled again, and stored again
+    assert (project.dir / "first").read_bytes() == (project.dir / "second").read_bytes()
+    cached_link(project, cache, wrapper, "third")
+    assert compilations(counter) == 10
+
+
+def test_full_disk_warns_once_and_links(tmp_path: Path) -> None:
+    from .store.helpers import try_mount_tmpfs, umount
+
+    mount = tmp_path / "small"
+    if not try_mount_tmpfs(mount, "256k"):
+        pytest.skip("cannot mount a small tmpfs here (needs root with CAP_SYS_ADMIN)")
+    try:
+        project = build("shapes", tmp_path / "p", "thin")  # objects far larger than 256 KiB
+        wrapper, counter = counting_compiler(tmp_path)
+        done = cached_link(project, mount / "cache", wrapper)
+        warnings = [ln for ln in done.stderr.splitlines() if "warning" in ln]
+        assert len(warnings) == 1, done.stderr
+        assert compilations(counter) == 4
+        assert project.run_program() == project.expected_output
+    finally:
+        umount(mount)
