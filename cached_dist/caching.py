@@ -15,7 +15,7 @@ import time
 
 from . import toolchain
 from .digests import Digests
-from .distributor import Outcome, Summary, dispatch, raise_failures
+from .distributor import Outcome, Summary, dispatch, raise_failures, run_plain
 from .jobfile import Job, JobFile
 from .key import KEY_FORMAT, job_key
 from .log import Log
@@ -179,13 +179,17 @@ class CachedLink:
 def run_cached(job_file: JobFile, options: Options, log: Log) -> Summary:
     store = open_store(options, log)
     if store is None:
-        outcome = dispatch(job_file, job_file.jobs, options, log)
-        raise_failures(outcome.failures)
-        return Summary(len(job_file.jobs), 0, len(outcome.compiled), outcome.fallback)
+        return run_plain(job_file, options, log)
     link = CachedLink(job_file, options, log, store)
     shard_keys = ShardKeys(store, options.jobs)
     try:
-        keyed = compute_keys(job_file, store, log, shard_keys)
+        try:
+            keyed = compute_keys(job_file, store, log, shard_keys)
+        except Exception as e:  # a bug in keying must not cost the user the link
+            if options.debug:
+                raise
+            log.warn(f"cache: cannot compute keys ({type(e).__name__}: {e}); linking without it")
+            return run_plain(job_file, options, log)
         log.detail(
             f"shards: {shard_keys.decoded} decoded, {shard_keys.memoized} memoized, "
             f"{shard_keys.inexact} not canonical (can only hit byte-identical shards)"

@@ -112,15 +112,20 @@ def raise_failures(failures: list[Failure]) -> None:
     )
 
 
+def run_plain(job_file: JobFile, options: Options, log: Log) -> Summary:
+    """Every job through the runner, no cache: --disable, or a cache that cannot be used."""
+    outcome = dispatch(job_file, job_file.jobs, options, log)
+    raise_failures(outcome.failures)
+    return Summary(len(job_file.jobs), 0, len(outcome.compiled), outcome.fallback)
+
+
 def run(job_file: JobFile, options: Options, log: Log) -> int:
     """The whole distributor for one link; returns the exit status."""
     started = time.monotonic()
     check_inputs(job_file)
     check_output_dirs(job_file)
     if options.disable:
-        outcome = dispatch(job_file, job_file.jobs, options, log)
-        raise_failures(outcome.failures)
-        summary = Summary(len(job_file.jobs), 0, len(outcome.compiled), outcome.fallback)
+        summary = run_plain(job_file, options, log)
     else:
         from .caching import run_cached
 
