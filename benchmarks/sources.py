@@ -6,6 +6,7 @@ Debian's packaging and not by a script of ours.
 
 import glob
 import os
+import re
 import subprocess
 import tarfile
 from pathlib import Path
@@ -39,6 +40,20 @@ def ensure_deb_src() -> None:
     subprocess.run(["apt-get", "update", "-qq"], check=True, capture_output=True)
 
 
+def _older_versions(package: str) -> list[str]:
+    """Every version of ``package``'s source the archive lists, newest first after the
+    first: a mirror can list a security update whose files it no longer serves (404)."""
+    shown = subprocess.run(["apt-cache", "showsrc", package], capture_output=True, text=True)
+    versions = [line.split(":", 1)[1].strip() for line in shown.stdout.splitlines()
+                if line.startswith("Version:")]  # fmt: skip
+    ordered = sorted(set(versions), key=_version_key, reverse=True)
+    return ordered[1:]
+
+
+def _version_key(version: str) -> list[int]:
+    return [int(n) for n in re.findall(r"\d+", version)]
+
+
 def fetch(package: str) -> Path:
     """Downloads ``package``'s source (once) and returns its unpacked upstream tree."""
     dest = WORK / "src" / package
@@ -52,6 +67,13 @@ def fetch(package: str) -> Path:
             ["apt-get", "source", "--download-only", package],
             cwd=dest, capture_output=True, text=True,
         )  # fmt: skip
+        for version in _older_versions(package) if got.returncode != 0 else []:
+            got = subprocess.run(
+                ["apt-get", "source", "--download-only", f"{package}={version}"],
+                cwd=dest, capture_output=True, text=True,
+            )  # fmt: skip
+            if got.returncode == 0:
+                break
         if got.returncode != 0:
             raise RuntimeError(f"apt-get source {package} failed: {got.stderr.strip()[-300:]}")
     (tarball,) = glob.glob(str(dest / "*.orig.tar.*"))
