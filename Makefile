@@ -20,4 +20,4 @@ test: lint
 	python -m pytest -q
 
 bench: setup
-	python -m benchmarks
+	python -m benchmarks run
