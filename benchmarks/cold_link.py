@@ -2,9 +2,10 @@
 
     python -m benchmarks.cold_link [--rounds N]
 
-Both link the same bitcode with N backend jobs at a time (N = usable CPUs): in-process with
-``--thinlto-jobs=N``, DTLTO through ``cached-dist --disable --jobs=N``. Rounds alternate the
-two so machine drift hits both alike. Results go to benchmarks/results/cold_link.json.
+All link the same bitcode with N backend jobs at a time (N = usable CPUs): in-process with
+``--thinlto-jobs=N``, DTLTO through ``cached-dist --disable --jobs=N``, and DTLTO through the
+benchmarks' bare distributor (the least a DTLTO distributor can do: what DTLTO itself costs).
+Rounds rotate the order so machine drift hits all alike. Results: results/cold_link.json.
 """
 
 import argparse
@@ -19,6 +20,7 @@ from .sources import machine
 from .timing import interleave, timed
 
 RESULTS = Path(__file__).parent / "results"
+BARE = Path(__file__).parent / "bare_distributor.py"
 
 
 def cached_dist() -> str:
@@ -34,11 +36,14 @@ def main(argv: list[str] | None = None) -> int:
     src = lua.build()
     dist = [f"-fthinlto-distributor={cached_dist()}",
             f"-Xthinlto-distributor=--disable,--quiet,--jobs={jobs}"]  # fmt: skip
+    bare = [f"-fthinlto-distributor={sys.executable}",
+             f"-Xthinlto-distributor={BARE},--jobs={jobs}"]  # fmt: skip
     configs = {
         "in-process ThinLTO": lambda: timed(
             lua.link_command("lua-inproc", [f"-Wl,--thinlto-jobs={jobs}"]), src
         ),
         "cached-dist local runner": lambda: timed(lua.link_command("lua-dtlto", dist), src),
+        "bare Python distributor": lambda: timed(lua.link_command("lua-bare", bare), src),
     }
     results = interleave(configs, args.rounds, lambda m: print(m, file=sys.stderr))
     base = results["in-process ThinLTO"].median
@@ -53,10 +58,15 @@ def main(argv: list[str] | None = None) -> int:
         "times": {name: m.times for name, m in results.items()},
         "medians": {name: m.median for name, m in results.items()},
         "ratio": ours / base,
+        "bare_distributor_ratio": results["bare Python distributor"].median / base,
     }
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "cold_link.json").write_text(json.dumps(report, indent=1) + "\n")
-    print(f"in-process {base:.3f} s, cached-dist {ours:.3f} s, ratio {ours / base:.3f}")
+    bare_s = results["bare Python distributor"].median
+    print(
+        f"in-process {base:.3f} s, cached-dist {ours:.3f} s, ratio {ours / base:.3f}; "
+        f"bare distributor {bare_s:.3f} s, ratio {bare_s / base:.3f}"
+    )
     return 0
 
 
