@@ -156,8 +156,8 @@ class LevelDB(CodeBase):
     language = "C++"
     build_system = "cmake (Unix Makefiles)"
     program = "db_bench (db_bench.o + libleveldb.a, a regular static archive)"
-    leaf = Edit("src/benchmarks/db_bench.cc", "void PrintWarnings()")
-    hub = Edit("src/util/coding.cc", "void PutFixed32(")
+    leaf = Edit("benchmarks/db_bench.cc", "void PrintWarnings()")
+    hub = Edit("util/coding.cc", "void PutFixed32(")
 
     def build(self, top: Path, cache: Path) -> Build:
         if top.exists():
