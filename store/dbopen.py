@@ -15,6 +15,9 @@ if TYPE_CHECKING:
 
     from .fsutil import Modes
 
+#: Makes sqlite read a data page, not only the schema, so a damaged database shows at open.
+PROBE_SQL = "SELECT rowid FROM Cache ORDER BY rowid DESC LIMIT 1"
+
 #: sqlite busy timeout: writers queue this long for each other, then the operation is a miss.
 BUSY_TIMEOUT = 10.0
 
@@ -47,7 +50,7 @@ def _open(directory: str, modes: Modes, settings: dict[str, Any]) -> diskcache.C
     cache = diskcache.Cache(directory, timeout=BUSY_TIMEOUT, **settings)
     try:
         # diskcache's open only touches the schema; make sqlite read a data page as well.
-        cache._sql("SELECT rowid FROM Cache ORDER BY rowid DESC LIMIT 1").fetchall()
+        cache._sql(PROBE_SQL).fetchall()
     except BaseException:
         cache.close()
         raise

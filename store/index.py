@@ -6,6 +6,8 @@ import os
 import sqlite3
 import time
 
+from .dbopen import BUSY_TIMEOUT, PROBE_SQL
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -44,8 +46,7 @@ class RowReader:
             columns = {row[1] for row in self.con.execute("PRAGMA table_info(Cache)")}
             if not {"key", "raw", "expire_time", "mode", "value"} <= columns:
                 raise sqlite3.DatabaseError("not a diskcache database of the known layout")
-            # As dbopen._open does: make sqlite read a data page, so damage shows up now.
-            self.con.execute("SELECT rowid FROM Cache ORDER BY rowid DESC LIMIT 1").fetchall()
+            self.con.execute(PROBE_SQL).fetchall()  # as dbopen._open: damage shows up now
         except BaseException:
             self.con.close()
             raise
@@ -93,8 +94,6 @@ class Index:
         self._seen: os.stat_result | None = None
         db = os.path.join(self.dir, "cache.db")
         if os.path.exists(db):
-            from .dbopen import BUSY_TIMEOUT
-
             try:
                 self._reader = RowReader(db, BUSY_TIMEOUT)
                 self._seen = os.stat(db)
