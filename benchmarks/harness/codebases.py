@@ -56,11 +56,12 @@ class Build:
 
         return replace(self, root=move(self.root), cwd=move(self.cwd), top=top)
 
-    def command(self, out: str, flags: Sequence[str], opt: str | None = None) -> list[str]:
-        """The replayed link writing ``out`` with ``flags``; ``opt`` replaces its -O level."""
+    def command(self, out: str, flags: Sequence[str], opt: str = "-O2") -> list[str]:
+        """The replayed link writing ``out`` with ``flags`` at LTO level ``opt``, whatever
+        level the build system linked at (leveldb's Release build links at -O3, which would
+        make the -O2 -> -O3 scenario a no-op)."""
         cmd = [out if t == OUT else t for t in self.link]
-        if opt is not None:
-            cmd = [t for t in cmd if not (t.startswith("-O") and len(t) == 3)] + [opt]
+        cmd = [t for t in cmd if not (t.startswith("-O") and len(t) == 3)] + [opt]
         return [cmd[0], *flags, *cmd[1:]]
 
 
@@ -229,7 +230,11 @@ class Python(CodeBase):
              "AR=llvm-ar", "RANLIB=llvm-ranlib"], top, env)  # fmt: skip
         # Setup.local is CPython's own hook for building extension modules into the
         # interpreter; configure wrote the stdlib's list (marked *static*) to Setup.stdlib.
-        shutil.copy(top / "Modules" / "Setup.stdlib", top / "Modules" / "Setup.local")
+        # Its test modules stay out: _testinternalcapi needs the frozen getpath, which the
+        # interpreter's bootstrap program (_freeze_module) links without.
+        stdlib = (top / "Modules" / "Setup.stdlib").read_text().splitlines()
+        modules = [s for s in stdlib if not s.startswith(("_test", "_xxtest"))]
+        (top / "Modules" / "Setup.local").write_text("\n".join(modules) + "\n")
         run(self._make(cache), top)
         kept = top / "python.kept"
         (top / "python").rename(kept)

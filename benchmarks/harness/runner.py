@@ -111,7 +111,7 @@ class Bench:
     # -- one link ------------------------------------------------------------------------
 
     def start(
-        self, build: Build, cfg: Config, out: str, cache: Path, opt: str | None, tag: str
+        self, build: Build, cfg: Config, out: str, cache: Path, opt: str, tag: str
     ) -> tuple[subprocess.Popen[str], Path, Path]:
         self.counts.mkdir(parents=True, exist_ok=True)
         count, jobs = self.counts / f"{tag}.count", self.counts / f"{tag}.jobs"
@@ -123,9 +123,7 @@ class Bench:
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
         return proc, count, jobs
 
-    def links(
-        self, build: Build, cfg: Config, outs: list[str], cache: Path, opt: str | None
-    ) -> Link:
+    def links(self, build: Build, cfg: Config, outs: list[str], cache: Path, opt: str) -> Link:
         """Runs ``len(outs)`` links at once, all with ``cache``; times the whole batch."""
         begin = time.perf_counter()
         started = [
@@ -153,7 +151,7 @@ class Bench:
         build: Build,
         rounds: int,
         prepare: Callable[[int], None] | None = None,
-        opt: str | None = None,
+        opt: str = "-O2",
         parallel: int = 1,
     ) -> None:
         outcomes = {c.key: Outcome() for c in CONFIGS}
