@@ -74,15 +74,15 @@ def run(args: argparse.Namespace) -> int:
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(package)], capture_output=True)
     for name in names:
         cb = CODEBASES[name]
-        n = min(rounds, cb.max_rounds or rounds)
         bench = Bench(
             cb,
             WORK / "real" / name,
-            rounds=n,
-            cold_rounds=1 if args.quick else min(n, 2),
+            rounds=rounds,
+            cold_rounds=1 if args.quick else min(rounds, 2, cb.max_cold_rounds or 2),
             concurrency=list(cb.concurrency),
             progress=say,
             scenarios=None if args.quick or not cb.scenarios else list(cb.scenarios),
+            uncached_rounds=cb.uncached_rounds,
         )
         bench.run()
         result = {**base, **bench.as_json(), "version": source_version(cb.package)}

@@ -40,6 +40,23 @@ def ensure_deb_src() -> None:
     subprocess.run(["apt-get", "update", "-qq"], check=True, capture_output=True)
 
 
+def ensure_packages(packages: "tuple[str, ...]") -> None:
+    """Installs whichever of ``packages`` (Debian packages a build system needs: libraries
+    its configure looks for) the machine lacks, so the job count does not depend on it."""
+    missing = [p for p in packages if subprocess.run(
+        ["dpkg-query", "-W", "-f=${Status}", p], capture_output=True, text=True
+    ).stdout != "install ok installed"]  # fmt: skip
+    if not missing:
+        return
+    sudo = [] if os.geteuid() == 0 else ["sudo"]
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run([*sudo, "apt-get", "update", "-qq"], check=True, capture_output=True)
+    got = subprocess.run([*sudo, "apt-get", "install", "-y", "-qq", *missing],
+                         capture_output=True, text=True, env=env)  # fmt: skip
+    if got.returncode != 0:
+        raise RuntimeError(f"apt-get install {' '.join(missing)} failed: {got.stderr[-300:]}")
+
+
 def _older_versions(package: str) -> list[str]:
     """Every version of ``package``'s source the archive lists, newest first after the
     first: a mirror can list a security update whose files it no longer serves (404)."""

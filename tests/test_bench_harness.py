@@ -129,3 +129,25 @@ def test_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
     done = subprocess.run([sys.executable, "-m", "benchmarks", "run", "--help"],
                           capture_output=True, text=True, cwd=Path(__file__).parent.parent)  # fmt: skip
     assert done.returncode == 0 and "--quick" in done.stdout and "--only" in done.stdout
+
+
+def test_uncached_configurations_link_in_the_first_rounds_only(tmp_path: Path) -> None:
+    """The big code base's budget: (a) and (b) compile everything on every link, so warm
+    scenarios run them once; the cached configurations still run every round."""
+    bench = Bench(Tiny(), tmp_path / "work", rounds=2, cold_rounds=1, concurrency=[],
+                  progress=lambda _: None, scenarios=["relink", "edit-leaf"],
+                  uncached_rounds=1)  # fmt: skip
+    bench.run()
+    result = bench.as_json()
+    assert list(result["scenarios"]) == ["relink", "edit-leaf"]
+    for name, scenario in result["scenarios"].items():
+        configs = scenario["configs"]
+        for key in "ab":
+            assert len(configs[key]["times_s"]) == 1, (name, key)
+        for key in "cde":
+            assert len(configs[key]["times_s"]) == 2, (name, key)
+            assert configs[key]["jobs"] == [4, 4], (name, key)
+            assert configs[key]["identical_to_b"] is True, (name, key)
+    assert result["scenarios"]["edit-leaf"]["configs"]["e"]["compilations"] == [1, 1]
+    text = report.table(result | {"version": "0"})
+    assert "(1 run) · 4/4" in text

@@ -20,12 +20,14 @@ def _seconds(s: float) -> str:
     return f"{s * 1000:.0f} ms" if s < 1 else f"{s:.2f} s"
 
 
-def _cell(c: dict[str, Any], counted: bool) -> str:
+def _cell(c: dict[str, Any], counted: bool, rounds: int) -> str:
     comp = sum(c["compilations"]) / max(1, len(c["compilations"]))
     jobs = sum(c["jobs"]) / max(1, len(c["jobs"]))
     flag = "" if c["identical_to_b"] in (True, None) and c["smoke_ok"] else " ⚠"
     hits = "" if not counted else f", {100 * (c['hit_rate'] or 0):.0f}% hit"
-    return f"{_seconds(c['median_s'])} · {comp:.0f}/{jobs:.0f}{hits}{flag}"
+    n = len(c["times_s"])
+    runs = f" ({n} run{'s' if n > 1 else ''})" if n < rounds else ""
+    return f"{_seconds(c['median_s'])}{runs} · {comp:.0f}/{jobs:.0f}{hits}{flag}"
 
 
 def table(result: dict[str, Any]) -> str:
@@ -37,7 +39,7 @@ def table(result: dict[str, Any]) -> str:
         cfgs = scen["configs"]
         med = {k: v["median_s"] for k, v in cfgs.items()}
         runs = f" ({scen['rounds']} runs)" if scen["rounds"] > 1 else ""
-        cells = [f"{name}{runs}", *(_cell(cfgs[c.key], c.counted) for c in CONFIGS)]
+        cells = [f"{name}{runs}", *(_cell(cfgs[c.key], c.counted, scen["rounds"]) for c in CONFIGS)]
         cells += [f"{med['d'] / med['c']:.2f}", f"{med['e'] / med['c']:.2f}",
                   f"{med['e'] / med['a']:.2f}"]  # fmt: skip
         rows.append("| " + " | ".join(cells) + " |")
