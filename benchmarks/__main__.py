@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
             WORK / "real" / name,
             rounds=rounds,
             cold_rounds=1 if args.quick else min(rounds, 2, cb.max_cold_rounds or 2),
-            concurrency=list(cb.concurrency),
+            concurrency=[2] if args.quick else list(cb.concurrency),
             progress=say,
             scenarios=None if args.quick or not cb.scenarios else list(cb.scenarios),
             uncached_rounds=cb.uncached_rounds,
@@ -101,7 +101,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("run", help="build the code bases and measure every scenario")
-    p.add_argument("--quick", action="store_true", help="lua only, one round: a smoke run")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="lua only, one round, 2 concurrent links (not 4): a smoke run",
+    )
     p.add_argument("--only", choices=sorted(CODEBASES), help="measure only this code base")
     p.add_argument("--rounds", type=int, help="rounds of warm scenarios (default 3; quick 1)")
     sub.add_parser("report", help="regenerate the docs table and chart from saved results")
