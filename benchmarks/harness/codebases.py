@@ -92,8 +92,8 @@ class CodeBase:
     program = ""  # the binary the benchmark links
     leaf: Edit
     hub: Edit
-    # A full run's budget: None means every scenario, the requested rounds, 2 and 4 links.
     packages: tuple[str, ...] = ()  # Debian packages its build needs (installed if missing)
+    # A full run's budget: None means every scenario, the requested rounds, 2 and 4 links.
     scenarios: tuple[str, ...] | None = None
     max_cold_rounds: int | None = None
     uncached_rounds: int | None = None  # rounds in which (a) and (b) link (None: all)
