@@ -81,7 +81,6 @@ def run(args: argparse.Namespace) -> int:
             cold_rounds=1 if args.quick else min(rounds, 2, cb.max_cold_rounds or 2),
             concurrency=[2] if args.quick else list(cb.concurrency),
             progress=say,
-            scenarios=None if args.quick or not cb.scenarios else list(cb.scenarios),
             uncached_rounds=cb.uncached_rounds,
         )
         bench.run()

@@ -40,7 +40,7 @@ def ensure_deb_src() -> None:
     subprocess.run(["apt-get", "update", "-qq"], check=True, capture_output=True)
 
 
-def ensure_packages(packages: "tuple[str, ...]") -> None:
+def ensure_packages(packages: tuple[str, ...]) -> None:
     """Installs whichever of ``packages`` (Debian packages a build system needs: libraries
     its configure looks for) the machine lacks, so the job count does not depend on it."""
     missing = [p for p in packages if subprocess.run(

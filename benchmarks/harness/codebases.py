@@ -93,8 +93,8 @@ class CodeBase:
     leaf: Edit
     hub: Edit
     packages: tuple[str, ...] = ()  # Debian packages its build needs (installed if missing)
-    # A full run's budget: None means every scenario, the requested rounds, 2 and 4 links.
-    scenarios: tuple[str, ...] | None = None
+    # A full run's budget: None means the requested rounds; every code base runs every
+    # scenario, with these concurrent links.
     max_cold_rounds: int | None = None
     uncached_rounds: int | None = None  # rounds in which (a) and (b) link (None: all)
     concurrency: tuple[int, ...] = (2, 4)
