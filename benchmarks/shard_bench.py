@@ -16,8 +16,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from cached_dist.bitstream import EOF, BitstreamCursor
-from cached_dist.shard import canonical_shard
+from cached_dist.bitcode.bitstream import EOF, BitstreamCursor
+from cached_dist.bitcode.shard import canonical_shard
 from tests import shardgen
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cached_dist.bitstream import (
+from cached_dist.bitcode.bitstream import (
     END,
     ENTER,
     EOF,

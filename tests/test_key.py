@@ -6,10 +6,11 @@ from typing import Any
 
 import pytest
 
-from cached_dist import jobfile, toolchain
-from cached_dist.digests import Digests
+from cached_dist import jobfile
 from cached_dist.jobfile import JobFile
-from cached_dist.key import job_key
+from cached_dist.keys import toolchain
+from cached_dist.keys.digests import Digests
+from cached_dist.keys.key import job_key
 
 
 def write(d: Path, name: str, data: str) -> str:

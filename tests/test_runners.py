@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 
 from cached_dist import jobfile
-from cached_dist.distributor import dispatch, raise_failures
 from cached_dist.errors import JobsFailedError
-from cached_dist.jobfile import JobFile
+from cached_dist.jobfile import Job, JobFile
+from cached_dist.link.dispatch import dispatch, raise_failures
 from cached_dist.log import Log
 from cached_dist.options import Options
+from cached_dist.runners import Result
 from cached_dist.runners.local import LocalRunner
 
 # A fake backend: records its start and end, sleeps, prints a diagnostic, writes its output.
@@ -41,6 +42,17 @@ def make_job_file(d: Path, specs: list[tuple[float, int]]) -> JobFile:
     return jobfile.load(str(d / "job.json"))
 
 
+def run_local(parallel: int, jf: JobFile, jobs: tuple[Job, ...]) -> list[Result]:
+    """Every result the local runner reported, in the order it reported them."""
+    results: list[Result] = []
+    LocalRunner(parallel, Log()).run(jf, jobs, results.append)
+    return results
+
+
+def failures(results: list[Result]) -> list[Result]:
+    return [r for r in results if not r.ok]
+
+
 def events(d: Path) -> list[tuple[str, str, float]]:
     rows = [line.split() for line in (d / "events.log").read_text().splitlines()]
     return sorted(((kind, out, float(t)) for kind, out, t in rows), key=lambda r: r[2])
@@ -60,7 +72,8 @@ def test_local_runner_respects_parallelism(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     jf = make_job_file(tmp_path, [(0.3, 0)] * 6)
-    assert LocalRunner(parallel, Log()).run(jf, jf.jobs) == []
+    results = run_local(parallel, jf, jf.jobs)
+    assert failures(results) == [] and len(results) == 6
     assert max_concurrency(tmp_path) == parallel
     assert all((tmp_path / f"out{i}.o").read_text() == f"object out{i}.o" for i in range(6))
 
@@ -70,7 +83,7 @@ def test_local_runner_relays_diagnostics_tagged_by_job(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     jf = make_job_file(tmp_path, [(0, 0), (0, 0)])
-    LocalRunner(2, Log()).run(jf, jf.jobs)
+    run_local(2, jf, jf.jobs)
     err = capsys.readouterr().err
     assert "cached-dist: [m0.o] note from out0.o" in err
     assert "cached-dist: [m1.o] note from out1.o" in err
@@ -82,9 +95,11 @@ def test_failure_stops_new_jobs_and_lets_running_ones_finish(
     monkeypatch.chdir(tmp_path)
     # job 0 fails fast while job 1 is still running; jobs 2.. must never start.
     jf = make_job_file(tmp_path, [(0.1, 7), (0.8, 0), (0, 0), (0, 0)])
-    failures = LocalRunner(2, Log()).run(jf, jf.jobs)
-    assert [f.job.index for f in failures] == [0]
-    assert failures[0].reason.startswith("exit status 7: note from out0.o")
+    failed = failures(run_local(2, jf, jf.jobs))
+    assert [r.job.index for r in failed] == [0, 2, 3]
+    assert failed[0].failure is not None
+    assert failed[0].failure.startswith("exit status 7: note from out0.o")
+    assert {r.failure for r in failed[1:]} == {"not started after an earlier job failed"}
     started = {out for kind, out, _ in events(tmp_path) if kind == "start"}
     ended = {out for kind, out, _ in events(tmp_path) if kind == "end"}
     assert started == ended == {"out0.o", "out1.o"}
@@ -95,8 +110,8 @@ def test_missing_program_is_a_job_failure(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.chdir(tmp_path)
     jf = make_job_file(tmp_path, [(0, 0)])
     jf = JobFile(jf.path, jf.schema, "", None, ("/no/such/compiler",), (), jf.jobs)
-    (failure,) = LocalRunner(1, Log()).run(jf, jf.jobs)
-    assert "cannot run /no/such/compiler: No such file or directory" in failure.reason
+    (failure,) = run_local(1, jf, jf.jobs)
+    assert "cannot run /no/such/compiler: No such file or directory" in (failure.failure or "")
 
 
 def test_sigterm_stops_children(tmp_path: Path) -> None:
@@ -147,7 +162,7 @@ def test_wrapped_runner_and_fallback(
     (tmp_path / "inner.py").write_text(INNER)
     inner = (sys.executable, str(tmp_path / "inner.py"), str(done_by_inner), str(status))
     outcome = dispatch(jf, jf.jobs, Options(jobs=2, inner=inner), Log())
-    assert outcome.fallback == fallback and len(outcome.compiled) == 3
+    assert outcome.fallback == fallback and outcome.compiled == 3
     texts = [(tmp_path / f"out{i}.o").read_text() for i in range(3)]
     assert texts.count("from inner") == 3 - fallback
 
@@ -175,6 +190,6 @@ def test_largest_module_starts_first(tmp_path: Path, monkeypatch: pytest.MonkeyP
     jf = make_job_file(tmp_path, [(0, 0)] * 4)
     for i, size in enumerate([10, 300, 20, 300]):
         (tmp_path / f"m{i}.o").write_text("x" * size)
-    LocalRunner(1, Log()).run(jf, jf.jobs)
+    run_local(1, jf, jf.jobs)
     starts = [out for kind, out, _ in events(tmp_path) if kind == "start"]
     assert starts == ["out1.o", "out3.o", "out2.o", "out0.o"]

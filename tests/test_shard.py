@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cached_dist.shard import CanonicalShard, canonical_shard, raw_digest
+from cached_dist.bitcode.shard import CanonicalShard, canonical_shard, raw_digest
 from tests import shardgen
 from tests.test_bitstream import BitWriter
 

@@ -1,9 +1,13 @@
 """The default runner: the jobs' own commands, in parallel, on this machine, without a shell.
 
 Processes are started with posix_spawn and awaited through pidfds, so a link waits on exactly
-its own children and starts no threads. A job's stdout and stderr go to an anonymous memory
-file and are relayed, tagged with the job, when it ends: parallel jobs never interleave lines.
+its own children and starts no threads. Each compile runs in a process group of its own, so
+stopping it stops whatever it started too. A job's stdout and stderr go to an anonymous
+memory file and are relayed, tagged with the job, when it ends: parallel jobs never
+interleave lines. Each job is reported the moment it ends.
 """
+
+from __future__ import annotations
 
 import contextlib
 import os
@@ -14,7 +18,13 @@ from dataclasses import dataclass
 
 from ..jobfile import Job, JobFile
 from ..log import Log
-from . import Failure, missing_output
+from ..options import Options
+from . import Result, missing_output
+from .process import spawn, stop_group
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from . import Report
 
 _TAIL_LINES = 3
 
@@ -37,42 +47,55 @@ class LocalRunner:
     def __init__(self, parallel: int, log: Log) -> None:
         self.parallel = max(1, parallel)
         self.log = log
-        self.durations: dict[int, float] = {}
 
-    def run(self, job_file: JobFile, jobs: Sequence[Job]) -> list[Failure]:
+    @classmethod
+    def from_options(cls, options: Options, log: Log) -> LocalRunner:
+        return cls(options.jobs, log)
+
+    def run(self, job_file: JobFile, jobs: Sequence[Job], report: Report) -> None:
         order = sorted(jobs, key=_module_size, reverse=True)  # stable: ties keep file order
         pending = order[::-1]  # popped from the end
         running: dict[int, _Running] = {}  # by pidfd
-        failures: list[Failure] = []
+        failed = False
         poller = select.poll()
         try:
             while pending or running:
-                while pending and len(running) < self.parallel and not failures:
+                while pending and len(running) < self.parallel and not failed:
                     job = pending.pop()
+                    command = job_file.command(job)
+                    if not command[0]:
+                        failed = True
+                        report(Result(job, 0.0, "the job file names no compiler (common.args[0] "
+                                      "is empty): link with -Wl,--thinlto-remote-compiler=CLANG "
+                                      "or wrap a distributor that brings its own"))  # fmt: skip
+                        continue
                     try:
-                        r = _spawn(job_file.command(job), job)
+                        r = _spawn(command, job)
                     except OSError as e:
-                        failures.append(Failure(job, f"cannot run {e.filename or 'command'}: "
-                                                     f"{e.strerror}"))  # fmt: skip
+                        failed = True
+                        report(Result(job, 0.0, f"cannot run {e.filename or 'command'}: "
+                                                f"{e.strerror}"))  # fmt: skip
                         continue
                     running[r.pidfd] = r
                     poller.register(r.pidfd, select.POLLIN)
-                if failures and not running:
+                if failed and not running:
                     break
                 for fd, _ in poller.poll():
                     r = running.pop(fd)
                     poller.unregister(fd)
-                    failure = self._finish(r)
-                    if failure is not None:
-                        failures.append(failure)
+                    result = self._finish(r)
+                    failed = failed or not result.ok
+                    report(result)
         finally:
-            for r in running.values():  # interrupted: stop the children cleanly
+            for r in running.values():  # interrupted: stop the children and what they started
                 _stop(r)
-        return failures
+        for job in reversed(pending):  # never started: a job before them failed
+            report(Result(job, 0.0, "not started after an earlier job failed"))
 
-    def _finish(self, r: _Running) -> Failure | None:
+    def _finish(self, r: _Running) -> Result:
         _, status = os.waitpid(r.pid, 0)
-        self.durations[r.job.index] = time.monotonic() - r.started
+        seconds = time.monotonic() - r.started
+        stop_group(r.pid)  # anything the compiler left running in its group
         os.close(r.pidfd)
         text = _drain(r.output_fd)
         self.log.passthrough(os.path.basename(r.job.module), text)
@@ -80,11 +103,11 @@ class LocalRunner:
         if code != 0:
             what = f"exit status {code}" if code > 0 else f"killed by signal {-code}"
             tail = [line for line in text.splitlines() if line.strip()][-_TAIL_LINES:]
-            return Failure(r.job, what + (": " + " | ".join(tail) if tail else ""))
+            return Result(r.job, seconds, what + (": " + " | ".join(tail) if tail else ""))
         missing = missing_output(r.job)
         if missing is not None:
-            return Failure(r.job, f"exited 0 but did not write {missing}")
-        return None
+            return Result(r.job, seconds, f"exited 0 but did not write {missing}")
+        return Result(r.job, seconds, by="here")
 
 
 def _module_size(job: Job) -> int:
@@ -98,20 +121,9 @@ def _module_size(job: Job) -> int:
 def _spawn(command: list[str], job: Job) -> _Running:
     out = _output_file()
     try:
-        pid = os.posix_spawnp(
-            command[0],
-            command,
-            os.environ,
-            file_actions=[
-                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                (os.POSIX_SPAWN_DUP2, out, 1),
-                (os.POSIX_SPAWN_DUP2, out, 2),
-            ],
-        )
-    except OSError as e:
+        pid = spawn(command, stdout=out)
+    except OSError:
         os.close(out)
-        if e.filename is None:
-            e.filename = command[0]
         raise
     return _Running(job, pid, os.pidfd_open(pid), out, time.monotonic())
 
@@ -139,11 +151,7 @@ def _drain(fd: int) -> str:
 
 
 def _stop(r: _Running) -> None:
-    try:
-        os.kill(r.pid, 15)
-        os.waitpid(r.pid, 0)
-    except OSError:
-        pass
+    stop_group(r.pid, reap=True)
     for fd in (r.pidfd, r.output_fd):
         with contextlib.suppress(OSError):
             os.close(fd)

@@ -7,8 +7,9 @@ import json
 
 from . import human_size, open_store, options_for
 
-# Counters cached-dist keeps in the store beside the store's own (see caching.run_cached).
-EXTRA = ("shards_decoded", "shards_memoized", "shards_not_canonical", "hits_verified",
+# Counters cached-dist keeps in the store beside the store's own (see link.cached.run_cached).
+EXTRA = ("shards_decoded", "shards_memoized", "shards_not_canonical", "jobs_not_cacheable",
+         "hits_verified",
          "hit_mismatches", "hits_unverifiable")  # fmt: skip
 
 
@@ -42,6 +43,7 @@ def main(args: list[str]) -> int:
         ("shards decoded", stats["shards_decoded"]),
         ("shards memoized", stats["shards_memoized"]),
         ("shards not canonical", stats["shards_not_canonical"]),
+        ("jobs not cacheable", stats["jobs_not_cacheable"]),
         ("hits verified", stats["hits_verified"]),
         ("hit mismatches", stats["hit_mismatches"]),
     ]

@@ -5,9 +5,9 @@ from collections.abc import Sequence
 from importlib import import_module
 from typing import TYPE_CHECKING
 
-from ..errors import UsageError
-from ..log import Log
-from ..options import Options, resolve
+from ...errors import UsageError
+from ...log import Log
+from ...options import Options, resolve
 
 if TYPE_CHECKING:
     from store import Store

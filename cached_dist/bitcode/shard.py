@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import xxhash
 
-from cached_dist.bitstream import END, ENTER, EOF, BitcodeError, BitstreamCursor
+from .bitstream import END, ENTER, EOF, BitcodeError, BitstreamCursor
 
 TYPE_CHECKING = False  # typing and dataclasses cost ~15 ms of a ~100 ms cache hit
 if TYPE_CHECKING:

@@ -1,7 +1,7 @@
 """The shard ingredient of the key: canonical summary shards, memoized and decoded in parallel.
 
 A shard names modules by path and values by per-link ids (see docs/shards.md); its canonical
-form (:mod:`cached_dist.shard`) does not. Decoding is pure Python, so:
+form (:mod:`cached_dist.bitcode.shard`) does not. Decoding is pure Python, so:
 
 - the canonical digest is memoized in the store under the raw shard's digest plus the job's
   own path -> content map (what the canonical form depends on): byte-identical shards, as
@@ -16,8 +16,8 @@ import os
 
 import xxhash
 
+from ..jobfile import Job
 from .digests import Digests
-from .jobfile import Job
 
 # Below this many bytes to decode, forking workers costs more than it saves.
 PARALLEL_MIN_BYTES = 64 * 1024
@@ -55,7 +55,7 @@ def module_map(
 
 
 def _decode(data: bytes, mapping: dict[str, str]) -> tuple[str, bool]:
-    from .shard import canonical_shard
+    from ..bitcode.shard import canonical_shard
 
     def module_digest(path: str) -> str | None:
         return mapping.get(path) or mapping.get(os.path.normpath(path))
@@ -105,7 +105,7 @@ class ShardKeys:
             self.memo.memo_put("shard", memo_key, digest)
 
     def __call__(self, job: Job, digests: Digests) -> str:
-        """The :data:`cached_dist.key.ShardDigest` for jobs given to :meth:`prepare`."""
+        """The :data:`cached_dist.keys.key.ShardDigest` for jobs given to :meth:`prepare`."""
         found = self.digests.get(job.index)
         if found is None:
             raise OSError(f"summary shard {job.shard} could not be read")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 
-from .errors import JobFileError
+from ..errors import JobFileError
 
 TYPE_CHECKING = False  # typing and dataclasses cost ~15 ms of a ~100 ms cache hit
 if TYPE_CHECKING:

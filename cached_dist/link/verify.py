@@ -11,14 +11,14 @@ import random
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from .jobfile import Job, JobFile
-from .log import Log
-from .options import Options
+from ..jobfile import Job, JobFile
+from ..log import Log
+from ..options import Options
 
 if TYPE_CHECKING:
     from store import Store
 
-    from .caching import Keyed
+    from ..keys.compute import Keyed
 
 
 def shadow(job: Job) -> Job | None:
@@ -49,7 +49,7 @@ def _same(a: str, b: str) -> bool:
 def verify_hits(
     job_file: JobFile, hits: Sequence["Keyed"], options: Options, log: Log, store: "Store"
 ) -> dict[str, int]:
-    from .runners.local import LocalRunner
+    from ..runners import Result, make_runner
 
     sample = [k for k in hits if random.random() < options.verify_hits]
     pairs = [(k, shadow(k.job)) for k in sample]
@@ -61,8 +61,13 @@ def verify_hits(
     }
     if not runnable:
         return counts
-    failures = LocalRunner(options.jobs, log).run(job_file, [s for _, s in runnable])
-    failed = {f.job.index: f.reason for f in failures}
+    failed: dict[int, str] = {}
+
+    def report(result: Result) -> None:
+        if result.failure is not None:
+            failed[result.job.index] = result.failure
+
+    make_runner(options, log, "local").run(job_file, [s for _, s in runnable], report)
     for k, s in runnable:
         try:
             if k.job.index in failed:

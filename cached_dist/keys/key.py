@@ -10,6 +10,9 @@ Ingredients (see docs/keys.md for why each is there):
   when that path is relative;
 - the content of the module, of each module it imports from, of extra and common inputs;
 - the summary index shard, through :func:`shard_digest`.
+
+A job whose options write files beside the object, or make the object depend on its own
+path, has no key at all (:mod:`.side_outputs`).
 """
 
 import os
@@ -17,12 +20,17 @@ from collections.abc import Callable
 
 import xxhash
 
+from ..jobfile import Job, JobFile
 from .digests import Digests
-from .jobfile import Job, JobFile
+from .side_outputs import side_output_reason
 
 KEY_FORMAT = 2  # 2: canonical summary shards
 
 ShardDigest = Callable[[Job, Digests], str]
+
+
+class NotCacheableError(Exception):
+    """The job's outputs are not determined by what a key can name; the message says why."""
 
 
 def raw_shard_digest(job: Job, digests: Digests) -> str:
@@ -52,11 +60,16 @@ def job_key(
     toolchain: str,
     shard_digest: ShardDigest = raw_shard_digest,
 ) -> str:
-    """The key as a hex string; OSError if an input cannot be read."""
+    """The key as a hex string; OSError if an input cannot be read, NotCacheableError if
+    the job must always be compiled."""
+    command = job_file.command(job)
+    reason = side_output_reason(command)
+    if reason is not None:
+        raise NotCacheableError(reason)
     named = roles(job_file, job)
     parts = [f"cached-dist key {KEY_FORMAT}", toolchain, job_file.linker_version or "-", "argv"]
     others: list[str] = []
-    for arg in job_file.command(job)[1:]:  # [0] is the compiler: the toolchain identity
+    for arg in command[1:]:  # [0] is the compiler: the toolchain identity
         flag, eq, value = arg.partition("=")
         if arg in named:
             parts.append(named[arg])

@@ -1,9 +1,11 @@
 """A link through the cache: key every job, serve hits, compile misses once across links.
 
-Single-flight across concurrent links: a miss is claimed in the store before it is compiled;
-a job whose key another process has claimed is compiled by nobody here until that process
-has finished its own batch: then it is read from the store (or, if the holder died or took
-too long, compiled here). No step waits while holding a claim, so links cannot deadlock.
+Single-flight across concurrent links: a miss is claimed in the store before it is compiled.
+Results stream from the runner: each is stored and its claim released the moment the job
+finishes, so a link waiting for that key is served at once, not after the holder's batch.
+A link first compiles what it claimed, then polls the keys other links hold: each is read
+as soon as it is stored, or taken over (claimed and compiled here) if its holder gave up or
+died. No link waits while holding a claim, so links cannot deadlock.
 
 A cache problem never fails a link: the store degrades to misses, and a job whose key cannot
 be computed is simply compiled and not stored.
@@ -13,33 +15,27 @@ from __future__ import annotations
 
 import time
 
-from . import toolchain
-from .digests import Digests
-from .distributor import Outcome, Summary, dispatch, raise_failures, run_plain
-from .jobfile import Job, JobFile
-from .key import KEY_FORMAT, job_key
-from .log import Log
-from .options import Options
-from .shard_key import ShardKeys
+from ..keys.compute import Keyed, compute_keys
+from ..keys.key import KEY_FORMAT
+from ..keys.shard_key import ShardKeys
+from .dispatch import dispatch, raise_failures, run_plain
+from .summary import Summary
 
 TYPE_CHECKING = False  # typing and dataclasses cost ~15 ms of a ~100 ms cache hit
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from store import Store
+    from store import Claim, Store
+
+    from ..jobfile import Job, JobFile
+    from ..log import Log
+    from ..options import Options
+    from ..runners import Result
 
 # Longest time one link waits, in total, for other links' compilations of keys it needs;
 # past it the remaining jobs are compiled here. Dead holders are detected in about a second.
 WAIT_BOUND = 600.0
-
-
-class Keyed:
-    __slots__ = ("job", "key", "toolchain")
-
-    def __init__(self, job: Job, key: str | None, toolchain: str = "") -> None:
-        self.job = job
-        self.key = key  # None: cannot be cached (an input unreadable, compiler missing)
-        self.toolchain = toolchain
+_POLL_MIN, _POLL_MAX = 0.02, 0.25
 
 
 def output_roles(job: Job) -> dict[str, str]:
@@ -61,29 +57,6 @@ def open_store(options: Options, log: Log) -> Store | None:
         warn(f"unusable ({e}); linking without the cache")
         return None
     return store if store.usable else None
-
-
-def compute_keys(job_file: JobFile, store: Store, log: Log, shard_keys: ShardKeys) -> list[Keyed]:
-    digests = Digests()
-    shard_keys.prepare(job_file.jobs, digests)
-    identities: dict[str, str | None] = {}
-    keyed = []
-    for job in job_file.jobs:
-        compiler = job_file.command(job)[0]
-        if compiler not in identities:
-            try:
-                identities[compiler] = toolchain.identity(compiler, store)
-            except OSError:
-                identities[compiler] = None  # the runner will report the missing compiler
-        ident = identities[compiler]
-        key = None
-        if ident is not None:
-            try:
-                key = job_key(job_file, job, digests, ident, shard_keys)
-            except OSError as e:
-                log.detail(f"not cacheable: {job.primary_output}: {e}")
-        keyed.append(Keyed(job, key, ident or ""))
-    return keyed
 
 
 class CachedLink:
@@ -112,68 +85,108 @@ class CachedLink:
         self.log.detail(f"hit  {k.key} {k.job.module}")
         return True
 
-    def compile(self, batch: Sequence[Keyed]) -> Outcome:
-        """Compiles ``batch`` and stores every job whose outputs all exist afterwards."""
+    def compile(self, batch: Sequence[Keyed], claims: dict[int, Claim]) -> None:
+        """Compiles ``batch``; each job is stored and its claim released as it finishes.
+        Raises JobsFailedError if some are still without outputs afterwards."""
         if not batch:
-            return Outcome()
+            return
+        by_index = {k.job.index: k for k in batch}
         for k in batch:
-            self.log.detail(f"miss {k.key or '(not cacheable)'} {k.job.module}")
-        outcome = dispatch(self.job_file, [k.job for k in batch], self.options, self.log)
-        done = {j.index for j in outcome.compiled}
-        for k in batch:
-            if k.key is not None and k.job.index in done:
+            self.log.detail(f"miss {k.key or '(not cached: ' + k.reason + ')'} {k.job.module}")
+
+        def on_done(result: Result) -> None:
+            k = by_index[result.job.index]
+            if k.key is not None:
                 self.store.put(
-                    k.key, output_roles(k.job), duration=outcome.durations.get(k.job.index, 0.0),
+                    k.key, output_roles(k.job), duration=result.seconds,
                     toolchain=k.toolchain, key_version=KEY_FORMAT,
                 )  # fmt: skip
-        self.summary.compiled += len(outcome.compiled)
+            claim = claims.pop(k.job.index, None)
+            if claim is not None:
+                claim.release()
+
+        try:
+            outcome = dispatch(self.job_file, [k.job for k in batch], self.options, self.log,
+                               on_done)  # fmt: skip
+        finally:
+            for k in batch:
+                claim = claims.pop(k.job.index, None)
+                if claim is not None:
+                    claim.release()
+        self.summary.compiled += outcome.compiled
         self.summary.fallback += outcome.fallback
-        return outcome
+        raise_failures(outcome.failures)
 
     def run(self, keyed: list[Keyed]) -> None:
         misses = [k for k in keyed if not self.serve(k)]
         if self.options.verify_hits > 0 and len(misses) < len(keyed):
-            from .verify_hits import verify_hits
+            from .verify import verify_hits
 
             missed = {id(k) for k in misses}
             hits = [k for k in keyed if id(k) not in missed]
             self.counters.update(verify_hits(self.job_file, hits, self.options, self.log,
                                              self.store))  # fmt: skip
-        mine, theirs, claims = [], [], []
+        mine, theirs = [], []
+        claims: dict[int, Claim] = {}
         try:
             for k in misses:
-                if k.key is None:
+                verdict = self.try_claim(k, claims)
+                if verdict == "mine":
                     mine.append(k)
-                    continue
-                claim = self.store.claim(k.key, wait=0)
-                if claim.acquired:
-                    claims.append(claim)
-                    mine.append(k)
-                elif claim.reason == "entry" and self.serve(k):
-                    continue
-                elif claim.reason in ("unusable", "error"):
-                    mine.append(k)
-                else:
+                elif verdict == "theirs":
                     theirs.append(k)
-            first = self.compile(mine)
+            self.compile(mine, claims)
         finally:
-            for claim in claims:
+            for claim in claims.values():
                 claim.release()
-        raise_failures(first.failures)
-        late = self.await_others(theirs)
-        raise_failures(self.compile(late).failures)
+        self.await_others(theirs)
 
-    def await_others(self, theirs: list[Keyed]) -> list[Keyed]:
-        """Waits for keys other links are compiling; returns those left for us to compile."""
-        left = []
+    def try_claim(self, k: Keyed, claims: dict[int, Claim]) -> str:
+        """ "mine" (compile it here), "theirs" (another link is compiling it) or "served"."""
+        if k.key is None:
+            return "mine"
+        claim = self.store.claim(k.key, wait=0)
+        if claim.acquired:
+            claims[k.job.index] = claim
+            return "mine"
+        if claim.reason == "entry" and self.serve(k):
+            return "served"
+        if claim.reason in ("unusable", "error", "entry"):
+            return "mine"  # store degraded, or an entry that could not be served
+        return "theirs"
+
+    def await_others(self, theirs: list[Keyed]) -> None:
+        """Polls the keys other links are compiling: each is served as soon as it is stored;
+        one whose holder gave up or died is claimed and compiled here. Past WAIT_BOUND, the
+        rest are compiled here without claims."""
         deadline = time.monotonic() + WAIT_BOUND
-        for k in theirs:
-            assert k.key is not None
-            with self.store.claim(k.key, wait=max(0.0, deadline - time.monotonic())):
-                pass  # released at once: compiling it while holding could deadlock two links
-            if not self.serve(k):
-                left.append(k)
-        return left
+        poll = _POLL_MIN
+        while theirs:
+            waiting, mine = [], []
+            claims: dict[int, Claim] = {}
+            try:
+                for k in theirs:
+                    verdict = self.try_claim(k, claims)
+                    if verdict == "theirs":
+                        waiting.append(k)
+                    elif verdict == "mine":
+                        mine.append(k)
+                self.compile(mine, claims)
+            finally:
+                for claim in claims.values():
+                    claim.release()
+            if len(waiting) < len(theirs):
+                poll = _POLL_MIN  # progress: keep up with a holder that streams results
+            theirs = waiting
+            if not theirs:
+                return
+            if time.monotonic() >= deadline:
+                self.log.warn(f"waited {WAIT_BOUND:.0f} s for other links; compiling "
+                              f"{len(theirs)} jobs here")  # fmt: skip
+                self.compile(theirs, {})
+                return
+            time.sleep(poll)
+            poll = min(poll * 1.5, _POLL_MAX)
 
 
 def run_cached(job_file: JobFile, options: Options, log: Log) -> Summary:
@@ -182,6 +195,7 @@ def run_cached(job_file: JobFile, options: Options, log: Log) -> Summary:
         return run_plain(job_file, options, log)
     link = CachedLink(job_file, options, log, store)
     shard_keys = ShardKeys(store, options.jobs)
+    keyed: list[Keyed] = []
     try:
         try:
             keyed = compute_keys(job_file, store, log, shard_keys)
@@ -200,6 +214,7 @@ def run_cached(job_file: JobFile, options: Options, log: Log) -> Summary:
             "shards_decoded": shard_keys.decoded,
             "shards_memoized": shard_keys.memoized,
             "shards_not_canonical": shard_keys.inexact,
+            "jobs_not_cacheable": sum(1 for k in keyed if k.key is None),
             **link.counters,
         }
         store.record(

@@ -5,10 +5,10 @@ import os
 import sys
 from collections.abc import Sequence
 
-from . import __version__
-from .errors import CachedDistError, UsageError
-from .log import Log
-from .options import SUBCOMMANDS, help_text, parse_bool
+from .. import __version__
+from ..errors import CachedDistError, UsageError
+from ..log import Log
+from ..options import SUBCOMMANDS, help_text, parse_bool
 
 INTERNAL_ERROR = 3
 
@@ -31,7 +31,7 @@ def split_invocation(args: Sequence[str]) -> tuple[list[str], list[str], str]:
 
 
 def _flag_words() -> set[str]:
-    from .options import BY_FLAG
+    from ..options import BY_FLAG
 
     return set(BY_FLAG) | {"-h", "--help", "--version"}
 
@@ -80,13 +80,14 @@ def _main(args: list[str]) -> int:
         print(f"cached-dist {__version__}")
         return 0
     flags, inner, job_file_path = split_invocation(args)
-    from .options import resolve
+    from ..options import resolve
 
     options = resolve(flags, inner, os.environ)
     log = Log(quiet=options.quiet, verbose=options.verbose)
-    from . import distributor, jobfile
+    from .. import jobfile
+    from ..link import flow
 
-    return distributor.run(jobfile.load(job_file_path), options, log)
+    return flow.run(jobfile.load(job_file_path), options, log)
 
 
 def run() -> None:

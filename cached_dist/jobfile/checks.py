@@ -2,8 +2,8 @@
 
 import os
 
-from .errors import InputError
-from .jobfile import JobFile
+from ..errors import InputError
+from . import JobFile
 
 
 def check_inputs(job_file: JobFile) -> None:

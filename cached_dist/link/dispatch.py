@@ -1,0 +1,108 @@
+"""Hands jobs to the configured runner and falls back to the local one for what it failed.
+
+Results stream: each job is passed to the caller's ``on_done`` as soon as its outputs exist,
+whichever runner produced them, so the caching layer can store it and release its claim
+while other jobs are still compiling.
+"""
+
+from __future__ import annotations
+
+from ..errors import JobsFailedError
+from ..runners import Failure, Result, make_runner, remove_outputs
+from .summary import Summary
+
+TYPE_CHECKING = False  # typing and dataclasses cost ~15 ms of a ~100 ms cache hit
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from ..jobfile import Job, JobFile
+    from ..log import Log
+    from ..options import Options
+
+
+class Outcome:
+    """What one dispatch did, for the summary line."""
+
+    __slots__ = ("compiled", "failures", "fallback")
+
+    def __init__(self) -> None:
+        self.compiled = 0  # jobs whose outputs now all exist
+        self.fallback = 0  # of those, how many the local runner did after the runner failed
+        self.failures: list[Failure] = []  # jobs still without outputs
+
+
+def dispatch(
+    job_file: JobFile,
+    jobs: Sequence[Job],
+    options: Options,
+    log: Log,
+    on_done: Callable[[Result], None] | None = None,
+) -> Outcome:
+    """Compiles ``jobs`` with the configured runner, then locally what it failed to do.
+
+    ``on_done`` gets every job that succeeded, the moment it did."""
+    outcome = Outcome()
+    if not jobs:
+        return outcome
+    from ..runners.wrapped import InnerNotStartedError
+
+    terminate_on_sigterm()
+    remove_outputs(jobs)
+    failed: list[Result] = []
+
+    def report(result: Result) -> None:
+        if not result.ok:
+            failed.append(result)
+            return
+        outcome.compiled += 1
+        if on_done is not None:
+            on_done(result)
+
+    runner = make_runner(options, log)
+    try:
+        runner.run(job_file, jobs, report)
+    except InnerNotStartedError as e:
+        if options.no_fallback:
+            raise
+        reported = {r.job.index for r in failed}
+        failed += [Result(j, 0.0, str(e)) for j in jobs if j.index not in reported]
+    if failed and options.inner and not options.no_fallback:
+        log.warn(f"{failed[0].failure}; compiling {len(failed)} of {len(jobs)} jobs locally")
+        retry = [r.job for r in failed]
+        failed = []
+        before = outcome.compiled
+        remove_outputs(retry)
+        make_runner(options, log, "local").run(job_file, retry, report)
+        outcome.fallback = outcome.compiled - before
+    outcome.failures = [Failure(r.job, r.failure or "") for r in failed]
+    return outcome
+
+
+def terminate_on_sigterm() -> None:
+    """SIGTERM unwinds like Ctrl-C, so running jobs are stopped and temporary files removed.
+
+    Installed only when jobs are about to run: a link served from the cache has nothing to
+    stop, and the signal module costs start-up time."""
+    import signal
+
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+def raise_failures(failures: list[Failure]) -> None:
+    if not failures:
+        return
+    first = failures[0]
+    more = f" (and {len(failures) - 1} more failed jobs)" if len(failures) > 1 else ""
+    raise JobsFailedError(
+        f"backend job for {first.job.primary_output} failed: {first.reason}{more}"
+    )
+
+
+def run_plain(job_file: JobFile, options: Options, log: Log) -> Summary:
+    """Every job through the runner, no cache: --disable, or a cache that cannot be used."""
+    outcome = dispatch(job_file, job_file.jobs, options, log)
+    raise_failures(outcome.failures)
+    return Summary(len(job_file.jobs), 0, outcome.compiled, outcome.fallback)
