@@ -135,6 +135,7 @@ _DELETE = object()
         (LLD_DOC, ["jobs", 0, "inputs"], [], "jobs[0].inputs: expected at least 1 entries"),
         (LLD_DOC, ["jobs", 0, "inputs", 2], None, "jobs[0].inputs[2]: expected a string, got null"),
         (LLD_DOC, ["jobs", 0, "inputs", 0], "", "jobs[0].inputs[0]: empty path"),
+        (LLD_DOC, ["jobs", 0, "outputs", 0], "", "jobs[0].outputs[0]: empty path"),
         (LLD_DOC, ["jobs", 0, "args"], True, "jobs[0].args: expected a list of strings"),
         (DESIGN_DOC, ["jobs", 0, "primary_input"], _DELETE, "jobs[0]: missing field 'primary_input'"),
         (DESIGN_DOC, ["jobs", 0, "imports"], [1], "jobs[0].imports[0]: expected a string"),
@@ -156,6 +157,14 @@ def test_structural_errors_name_the_field(
         jobfile.parse(_mutate(base, path, value), "bad.json")
     assert str(e.value).startswith("job file bad.json: ")
     assert message in str(e.value)
+
+
+def test_empty_arguments_are_kept() -> None:
+    """LLD writes "" as the compiler when no --thinlto-remote-compiler is given; arguments
+    are not paths, so empty ones pass through to whoever runs the job."""
+    doc = _mutate(_mutate(LLD_DOC, ["common", "args", 0], ""), ["jobs", 0, "args", 1], "")
+    jf = jobfile.parse(doc)
+    assert jf.common_args[0] == "" and jf.jobs[0].args[1] == ""
 
 
 def test_top_level_not_an_object() -> None:

@@ -88,7 +88,9 @@ class Project:
         return done.stdout
 
 
-def build(name: str, dest: Path, archive: Archive = "none", opt: str = "-O2") -> Project:
+def build(
+    name: str, dest: Path, archive: Archive = "none", opt: str = "-O2", cflags: Sequence[str] = ()
+) -> Project:
     """Copies tests/programs/NAME to ``dest`` and compiles each source to ThinLTO bitcode."""
     dest.mkdir(parents=True, exist_ok=True)
     sources = sorted(p for p in (PROGRAMS / name).iterdir() if p.suffix in {".c", ".cpp"})
@@ -99,7 +101,7 @@ def build(name: str, dest: Path, archive: Archive = "none", opt: str = "-O2") ->
     objects = []
     for src in sources:
         obj = src.stem + ".o"
-        done = run([compiler, "-flto=thin", opt, "-c", src.name, "-o", obj], dest)
+        done = run([compiler, "-flto=thin", opt, *cflags, "-c", src.name, "-o", obj], dest)
         assert done.returncode == 0, done.stderr
         objects.append(obj)
     if archive == "none":

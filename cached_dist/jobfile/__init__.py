@@ -134,13 +134,17 @@ class _Parser:
             raise self.fail(where, f"expected an object, got {_kind(value)}")
         return value
 
-    def strings(self, value: object, where: str, *, min_len: int = 0) -> tuple[str, ...]:
+    def strings(
+        self, value: object, where: str, *, min_len: int = 0, paths: bool = True
+    ) -> tuple[str, ...]:
+        """A list of strings; ``paths`` (inputs, outputs) may not hold empty ones. Arguments
+        may: LLD writes "" as the compiler when no --thinlto-remote-compiler is given."""
         if not isinstance(value, list):
             raise self.fail(where, f"expected a list of strings, got {_kind(value)}")
         for i, item in enumerate(value):
             if not isinstance(item, str):
                 raise self.fail(f"{where}[{i}]", f"expected a string, got {_kind(item)}")
-            if not item:
+            if paths and not item:
                 raise self.fail(f"{where}[{i}]", "empty path")
         if len(value) < min_len:
             raise self.fail(where, f"expected at least {min_len} entries, got {len(value)}")
@@ -173,7 +177,7 @@ class _Parser:
         return self.strings(common.get("inputs", []), "common.inputs")
 
     def lld(self, common: dict[str, Any], raw_jobs: list[Any]) -> JobFile:
-        common_args = self.strings(common["args"], "common.args")
+        common_args = self.strings(common["args"], "common.args", paths=False)
         jobs = []
         for i, raw in enumerate(raw_jobs):
             where = f"jobs[{i}]"
@@ -181,7 +185,7 @@ class _Parser:
             for key in ("args", "inputs", "outputs"):
                 if key not in job:
                     raise self.fail(where, f"missing field '{key}'")
-            args = self.strings(job["args"], f"{where}.args")
+            args = self.strings(job["args"], f"{where}.args", paths=False)
             inputs = self.strings(job["inputs"], f"{where}.inputs", min_len=1)
             outputs = self.strings(job["outputs"], f"{where}.outputs", min_len=1)
             shard = inputs[1] if len(inputs) > 1 else None

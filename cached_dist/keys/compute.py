@@ -9,7 +9,6 @@ from .key import NotCacheableError, job_key
 TYPE_CHECKING = False  # typing and dataclasses cost ~15 ms of a ~100 ms cache hit
 if TYPE_CHECKING:
     from ..jobfile import Job, JobFile
-    from ..log import Log
     from .shard_key import ShardKeys
     from .toolchain import Memo
 
@@ -26,7 +25,7 @@ class Keyed:
         self.reason = reason
 
 
-def compute_keys(job_file: JobFile, memo: Memo, log: Log, shard_keys: ShardKeys) -> list[Keyed]:
+def compute_keys(job_file: JobFile, memo: Memo, shard_keys: ShardKeys) -> list[Keyed]:
     digests = Digests()
     shard_keys.prepare(job_file.jobs, digests)
     identities: dict[str, str | None] = {}
@@ -45,7 +44,6 @@ def compute_keys(job_file: JobFile, memo: Memo, log: Log, shard_keys: ShardKeys)
             try:
                 key = job_key(job_file, job, digests, ident, shard_keys)
             except (OSError, NotCacheableError) as e:
-                reason = str(e)
-                log.detail(f"not cached: {job.primary_output}: {reason}")
+                reason = str(e)  # said once, on the job's "miss" line
         keyed.append(Keyed(job, key, ident or "", reason))
     return keyed

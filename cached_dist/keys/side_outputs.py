@@ -54,8 +54,8 @@ def side_output_reason(args: list[str] | tuple[str, ...]) -> str | None:
             return f"{reason} ({arg})"
         if flag.startswith("-gsplit-dwarf"):
             return f"{_FLAGS['-gsplit-dwarf']} ({arg})"
-        if after_mllvm or flag.startswith("-mllvm="):
-            name = flag.removeprefix("-mllvm=").lstrip("-").lower()
+        if after_mllvm or arg.startswith("-mllvm="):
+            name = arg.removeprefix("-mllvm=").split("=", 1)[0].lstrip("-").lower()
             if any(word in name for word in _LLVM_OPTION_WORDS):
                 return f"the LLVM option {arg} may write a file"
         after_mllvm = arg == "-mllvm"

@@ -198,7 +198,7 @@ def run_cached(job_file: JobFile, options: Options, log: Log) -> Summary:
     keyed: list[Keyed] = []
     try:
         try:
-            keyed = compute_keys(job_file, store, log, shard_keys)
+            keyed = compute_keys(job_file, store, shard_keys)
         except Exception as e:  # a bug in keying must not cost the user the link
             if options.debug:
                 raise

@@ -1,0 +1,80 @@
+"""Full-hit time of two cached-dist installations side by side, on lua's real job file.
+
+    python -m benchmarks.hit_compare OTHER_CACHED_DIST [--rounds N] [--regular]
+
+For a change that must not slow the hit path down: OTHER_CACHED_DIST is the console script
+of another checkout (e.g. a worktree of the previous commit with its own venv). Each
+installation gets its own cache, warmed by the same job file; then both serve it, interleaved
+round by round, and the medians and their ratio are printed (and saved to
+benchmarks/results/hit_compare.json).
+"""
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from . import lua
+from .cache_link import CAPTURE, byte_compile, cached_dist
+from .sources import WORK, machine
+from .timing import interleave, timed
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.hit_compare", description=__doc__)
+    parser.add_argument("other", help="the other installation's cached-dist console script")
+    parser.add_argument("--rounds", type=int, default=21)
+    parser.add_argument("--regular", action="store_true", help="a regular liblua.a (not thin)")
+    args = parser.parse_args(argv)
+    byte_compile()
+    other = str(Path(args.other).resolve())
+    subprocess.run([str(Path(other).parent / "python"), "-m", "compileall", "-q",
+                    str(Path(other).parent.parent.parent / "cached_dist"),
+                    str(Path(other).parent.parent.parent / "store")], capture_output=True)  # fmt: skip
+    work = WORK / "hit_compare"
+    src = lua.build(work / "lua", thin=not args.regular)
+    saved = work / "saved"
+    shutil.rmtree(saved, ignore_errors=True)
+    programs = {"this": cached_dist(), "other": other}
+    caches = {name: work / f"cache-{name}" for name in programs}
+    for cache in caches.values():
+        shutil.rmtree(cache, ignore_errors=True)
+    capture = [f"-fthinlto-distributor={sys.executable}",
+               f"-Xthinlto-distributor={CAPTURE},{saved},{cached_dist()},--quiet,"
+               f"--cache-dir={caches['this']}"]  # fmt: skip
+    timed(lua.link_command("lua-warm", capture), src)
+    job_file = saved / "lua-warm.job.json"
+    for shard in saved.glob("*.thinlto.bc"):
+        shutil.copy(shard, src / shard.name)
+    commands = {n: [p, f"--cache-dir={caches[n]}", "--quiet", str(job_file)]
+                for n, p in programs.items()}  # fmt: skip
+    timed(commands["other"], src)  # warms the other installation's cache
+    for command in commands.values():
+        timed(command, src)  # both now serve every job from their cache
+
+    def runner(command: list[str]) -> Callable[[], float]:
+        return lambda: timed(command, src)
+
+    results = interleave({n: runner(c) for n, c in commands.items()}, args.rounds, print)
+    jobs = len(json.loads(job_file.read_text())["jobs"])
+    this, that = results["this"].median, results["other"].median
+    report = {"benchmark": "hit_compare", "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+              "machine": machine(), "program": f"lua 5.4, {jobs} jobs, "
+              f"{'regular' if args.regular else 'thin'} liblua.a", "other": other,
+              "this_s": this, "other_s": that, "ratio": this / that,
+              "times_s": {n: m.times for n, m in results.items()}}  # fmt: skip
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "hit_compare.json").write_text(json.dumps(report, indent=1) + "\n")
+    print(f"full hit, {jobs} jobs: this {1000 * this:.1f} ms, other {1000 * that:.1f} ms, "
+          f"ratio {this / that:.3f} (medians of {args.rounds} interleaved rounds)")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
