@@ -34,9 +34,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     byte_compile()
     other = str(Path(args.other).resolve())
+    other_root = Path(other).parent.parent.parent  # .venv/bin/cached-dist -> checkout
     subprocess.run([str(Path(other).parent / "python"), "-m", "compileall", "-q",
-                    str(Path(other).parent.parent.parent / "cached_dist"),
-                    str(Path(other).parent.parent.parent / "store")], capture_output=True)  # fmt: skip
+                    str(other_root / "cached_dist"), str(other_root / "store")],
+                   capture_output=True)  # fmt: skip
     work = WORK / "hit_compare"
     src = lua.build(work / "lua", thin=not args.regular)
     saved = work / "saved"
