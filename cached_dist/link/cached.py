@@ -18,7 +18,6 @@ import time
 from ..keys.compute import Keyed, compute_keys
 from ..keys.key import KEY_FORMAT
 from ..keys.shard_key import ShardKeys
-from .dispatch import dispatch, raise_failures, run_plain
 from .summary import Summary
 
 TYPE_CHECKING = False  # typing and dataclasses cost ~15 ms of a ~100 ms cache hit
@@ -90,6 +89,8 @@ class CachedLink:
         Raises JobsFailedError if some are still without outputs afterwards."""
         if not batch:
             return
+        from .dispatch import dispatch, raise_failures  # only when something must compile
+
         by_index = {k.job.index: k for k in batch}
         for k in batch:
             self.log.detail(f"miss {k.key or '(not cached: ' + k.reason + ')'} {k.job.module}")
@@ -192,6 +193,8 @@ class CachedLink:
 def run_cached(job_file: JobFile, options: Options, log: Log) -> Summary:
     store = open_store(options, log)
     if store is None:
+        from .dispatch import run_plain
+
         return run_plain(job_file, options, log)
     link = CachedLink(job_file, options, log, store)
     shard_keys = ShardKeys(store, options.jobs)
@@ -203,6 +206,8 @@ def run_cached(job_file: JobFile, options: Options, log: Log) -> Summary:
             if options.debug:
                 raise
             log.warn(f"cache: cannot compute keys ({type(e).__name__}: {e}); linking without it")
+            from .dispatch import run_plain
+
             return run_plain(job_file, options, log)
         log.detail(
             f"shards: {shard_keys.decoded} decoded, {shard_keys.memoized} memoized, "

@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 
 from ..jobfile.checks import check_inputs, check_output_dirs
-from .dispatch import run_plain
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -20,6 +19,8 @@ def run(job_file: JobFile, options: Options, log: Log) -> int:
     check_inputs(job_file)
     check_output_dirs(job_file)
     if options.disable:
+        from .dispatch import run_plain
+
         summary = run_plain(job_file, options, log)
     else:
         from .cached import run_cached
