@@ -3,6 +3,7 @@
 import sys
 
 PREFIX = "cached-dist"
+_CLEAR = "\r\x1b[K"  # carriage return, erase to the end of the line
 
 
 class Log:
@@ -34,9 +35,36 @@ class Log:
         if lines:
             _write("\n".join(f"{PREFIX}: [{label}] {line}" for line in lines))
 
+    def status(self, message: str) -> None:
+        """One line that rewrites itself on a terminal; the next message replaces it."""
+        global _status_shown
+        try:
+            sys.stderr.write(f"{_CLEAR}{PREFIX}: {message}")
+            sys.stderr.flush()
+            _status_shown = True
+        except (OSError, ValueError):
+            pass
+
+    def end_status(self) -> None:
+        global _status_shown
+        if _status_shown:
+            _status_shown = False
+            try:
+                sys.stderr.write(_CLEAR)
+                sys.stderr.flush()
+            except (OSError, ValueError):
+                pass
+
+
+_status_shown = False
+
 
 def _write(text: str) -> None:
+    global _status_shown
     try:
+        if _status_shown:
+            text = _CLEAR + text
+            _status_shown = False
         sys.stderr.write(text + "\n")
         sys.stderr.flush()
     except (OSError, ValueError):

@@ -132,8 +132,10 @@ class OptionSpec:
 OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("jobs", "backend compilations run at once (default: CPUs this process may use)",
                _positive_int, "N", "-j"),
-    OptionSpec("verbose", "list each job: hit or miss, its key, how it was compiled", short="-v"),
+    OptionSpec("verbose", "a line per job: where its object came from, and how long it took",
+               short="-v"),
     OptionSpec("quiet", "no summary line; warnings and errors still print", short="-q"),
+    OptionSpec("progress", "show progress even when stderr is not a terminal (occasional lines)"),
     OptionSpec("debug", "show Python tracebacks for errors"),
     OptionSpec("no-fallback", "do not compile locally what the inner distributor failed to do"),
     OptionSpec("cache-dir", "cache directory (default: $XDG_CACHE_HOME/cached-dist)", _path, "DIR"),
@@ -159,6 +161,7 @@ class Options:
         jobs: int | None = None,  # None: default_jobs()
         verbose: bool = False,
         quiet: bool = False,
+        progress: bool = False,
         debug: bool = False,
         no_fallback: bool = False,
         cache_dir: str = "",
@@ -172,6 +175,7 @@ class Options:
         self.jobs = default_jobs() if jobs is None else jobs
         self.verbose = verbose
         self.quiet = quiet
+        self.progress = progress
         self.debug = debug
         self.no_fallback = no_fallback
         self.cache_dir = cache_dir

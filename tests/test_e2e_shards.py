@@ -43,6 +43,7 @@ def test_regular_archive_relinks_with_zero_compilations(tmp_path: Path, program:
     assert project.run_program("second") == project.expected_output
     err = link(project, cache, wrapper, VERIFY, out="third")
     assert compilations(counter) == 2 * jobs  # the verification recompiled every hit
+    assert f"{jobs} hits, 0 compiled, {jobs} verified (0 mismatches), " in err
     assert (project.dir / "first").read_bytes() == (project.dir / "third").read_bytes()
     s = stats(cache)
     assert s["hits_verified"] == jobs and s.get("hit_mismatches", 0) == 0

@@ -20,7 +20,7 @@ from ..sources import ensure_packages
 from .codebases import ENV, Build, CodeBase, Edit
 from .configs import CONFIGS, Config, counting_wrapper
 
-SUMMARY = re.compile(r"cached-dist: (\d+) jobs: (\d+) hits, (\d+) compiled, (\d+) fallback")
+SUMMARY = re.compile(r"cached-dist: (\d+) jobs: (\d+) hits[^,]*, (\d+) compiled[^\n]*")
 
 SCENARIOS = {
     "cold": "first link, empty caches",

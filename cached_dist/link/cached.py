@@ -18,7 +18,7 @@ import time
 from ..keys.compute import Keyed, compute_keys
 from ..keys.key import KEY_FORMAT
 from ..keys.shard_key import ShardKeys
-from .summary import Summary
+from .summary import Progress, Summary
 
 TYPE_CHECKING = False  # typing and dataclasses cost ~15 ms of a ~100 ms cache hit
 if TYPE_CHECKING:
@@ -65,14 +65,17 @@ class CachedLink:
         self.log = log
         self.store = store
         self.summary = Summary(len(job_file.jobs))
+        self.progress = Progress(self.summary, log, terminal=_stderr_is_terminal(),
+                                 asked=options.progress)  # fmt: skip
         self.time_saved = 0.0
         self.bytes_served = 0
         self.counters: dict[str, int] = {}  # extra statistics: shards, verification
 
-    def serve(self, k: Keyed) -> bool:
+    def serve(self, k: Keyed, how: str = "local cache") -> bool:
         """Copies a stored result to the job's outputs; False is a miss."""
         if k.key is None:
             return False
+        started = time.monotonic()
         manifest = self.store.get(k.key)
         if manifest is None or len(manifest.outputs) != len(k.job.outputs):
             return False
@@ -81,7 +84,10 @@ class CachedLink:
         self.summary.hits += 1
         self.bytes_served += sum(size for _, size in manifest.outputs.values())
         self.time_saved += float(manifest.meta.get("duration", 0.0) or 0.0)
-        self.log.detail(f"hit  {k.key} {k.job.module}")
+        if self.log.verbose:
+            took = 1000 * (time.monotonic() - started)
+            self.log.detail(f"hit  {k.key} {k.job.module}: {how}, {took:.1f} ms")
+        self.progress.update()
         return True
 
     def compile(self, batch: Sequence[Keyed], claims: dict[int, Claim]) -> None:
@@ -92,11 +98,12 @@ class CachedLink:
         from .dispatch import dispatch, raise_failures  # only when something must compile
 
         by_index = {k.job.index: k for k in batch}
-        for k in batch:
-            self.log.detail(f"miss {k.key or '(not cached: ' + k.reason + ')'} {k.job.module}")
 
         def on_done(result: Result) -> None:
             k = by_index[result.job.index]
+            key = k.key or f"(not cached: {k.reason})"
+            self.log.detail(f"miss {key} {k.job.module}: compiled {result.by or 'here'}, "
+                            f"{result.seconds:.2f} s")  # fmt: skip
             if k.key is not None:
                 self.store.put(
                     k.key, output_roles(k.job), duration=result.seconds,
@@ -105,6 +112,8 @@ class CachedLink:
             claim = claims.pop(k.job.index, None)
             if claim is not None:
                 claim.release()
+            self.summary.compiled += 1
+            self.progress.update()
 
         try:
             outcome = dispatch(self.job_file, [k.job for k in batch], self.options, self.log,
@@ -114,7 +123,6 @@ class CachedLink:
                 claim = claims.pop(k.job.index, None)
                 if claim is not None:
                     claim.release()
-        self.summary.compiled += outcome.compiled
         self.summary.fallback += outcome.fallback
         raise_failures(outcome.failures)
 
@@ -127,6 +135,8 @@ class CachedLink:
             hits = [k for k in keyed if id(k) not in missed]
             self.counters.update(verify_hits(self.job_file, hits, self.options, self.log,
                                              self.store))  # fmt: skip
+            self.summary.verified = self.counters.get("hits_verified", 0)
+            self.summary.mismatches = self.counters.get("hit_mismatches", 0)
         mine, theirs = [], []
         claims: dict[int, Claim] = {}
         try:
@@ -142,15 +152,16 @@ class CachedLink:
                 claim.release()
         self.await_others(theirs)
 
-    def try_claim(self, k: Keyed, claims: dict[int, Claim]) -> str:
-        """ "mine" (compile it here), "theirs" (another link is compiling it) or "served"."""
+    def try_claim(self, k: Keyed, claims: dict[int, Claim], how: str = "local cache") -> str:
+        """Whose job it is: "mine" (compile it here), "theirs" (another link is compiling
+        it) or "served" (stored meanwhile, and now written out)."""
         if k.key is None:
             return "mine"
         claim = self.store.claim(k.key, wait=0)
         if claim.acquired:
             claims[k.job.index] = claim
             return "mine"
-        if claim.reason == "entry" and self.serve(k):
+        if claim.reason == "entry" and self.serve(k, how):
             return "served"
         if claim.reason in ("unusable", "error", "entry"):
             return "mine"  # store degraded, or an entry that could not be served
@@ -160,18 +171,23 @@ class CachedLink:
         """Polls the keys other links are compiling: each is served as soon as it is stored;
         one whose holder gave up or died is claimed and compiled here. Past WAIT_BOUND, the
         rest are compiled here without claims."""
-        deadline = time.monotonic() + WAIT_BOUND
+        started = time.monotonic()
+        deadline = started + WAIT_BOUND
         poll = _POLL_MIN
         while theirs:
             waiting, mine = [], []
             claims: dict[int, Claim] = {}
             try:
                 for k in theirs:
-                    verdict = self.try_claim(k, claims)
+                    how = f"after waiting {time.monotonic() - started:.1f} s for another link"
+                    verdict = self.try_claim(k, claims, how)
                     if verdict == "theirs":
                         waiting.append(k)
                     elif verdict == "mine":
                         mine.append(k)
+                    else:
+                        self.summary.waited += 1
+                        self.summary.wait_seconds = time.monotonic() - started
                 self.compile(mine, claims)
             finally:
                 for claim in claims.values():
@@ -188,6 +204,15 @@ class CachedLink:
                 return
             time.sleep(poll)
             poll = min(poll * 1.5, _POLL_MAX)
+
+
+def _stderr_is_terminal() -> bool:
+    import sys
+
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
 
 
 def run_cached(job_file: JobFile, options: Options, log: Log) -> Summary:
@@ -209,12 +234,13 @@ def run_cached(job_file: JobFile, options: Options, log: Log) -> Summary:
             from .dispatch import run_plain
 
             return run_plain(job_file, options, log)
-        log.detail(
-            f"shards: {shard_keys.decoded} decoded, {shard_keys.memoized} memoized, "
-            f"{shard_keys.inexact} not canonical (can only hit byte-identical shards)"
-        )
+        inexact = shard_keys.inexact
+        why = " (can only hit byte-identical shards)" if inexact else ""
+        log.detail(f"shards: {shard_keys.decoded} decoded, {shard_keys.memoized} memoized, "
+                   f"{inexact} not canonical{why}")  # fmt: skip
         link.run(keyed)
     finally:
+        link.progress.finish()
         counters = {
             "shards_decoded": shard_keys.decoded,
             "shards_memoized": shard_keys.memoized,

@@ -49,12 +49,15 @@ def dispatch(
     terminate_on_sigterm()
     remove_outputs(jobs)
     failed: list[Result] = []
+    falling_back = False
 
     def report(result: Result) -> None:
         if not result.ok:
             failed.append(result)
             return
         outcome.compiled += 1
+        if falling_back:
+            result.by = "here after the runner failed (fallback)"
         if on_done is not None:
             on_done(result)
 
@@ -70,6 +73,7 @@ def dispatch(
         log.warn(f"{failed[0].failure}; compiling {len(failed)} of {len(jobs)} jobs locally")
         retry = [r.job for r in failed]
         failed = []
+        falling_back = True
         before = outcome.compiled
         remove_outputs(retry)
         make_runner(options, log, "local").run(job_file, retry, report)

@@ -1,17 +1,78 @@
-"""The one line a link prints at the end, and the counts behind it."""
+"""What the user sees of a link: the summary line, per-job lines and the progress line."""
+
+from __future__ import annotations
+
+import time
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ..log import Log
+
+_PROGRESS_AFTER = 2.0  # seconds before a link shows progress at all
+_TERMINAL_EVERY = 0.1  # at most this often on a terminal
+_PLAIN_EVERY = 5.0  # at most this often as plain lines (--progress on a pipe)
 
 
 class Summary:
-    __slots__ = ("compiled", "fallback", "hits", "jobs")
+    """Counts by kind of work; ``line`` names only the kinds that happened."""
+
+    __slots__ = ("compiled", "fallback", "hits", "jobs", "mismatches", "verified", "wait_seconds",
+                 "waited")  # fmt: skip
 
     def __init__(self, jobs: int, hits: int = 0, compiled: int = 0, fallback: int = 0) -> None:
         self.jobs = jobs
-        self.hits = hits
+        self.hits = hits  # every job served from a cache, including after waiting
+        self.waited = 0  # of those, served after waiting for another link's compile
+        self.wait_seconds = 0.0
         self.compiled = compiled  # including those compiled locally after the runner failed
         self.fallback = fallback
+        self.verified = 0  # hits recompiled by --verify-hits
+        self.mismatches = 0
 
     def line(self, elapsed: float) -> str:
-        return (
-            f"{self.jobs} jobs: {self.hits} hits, {self.compiled - self.fallback} compiled, "
-            f"{self.fallback} fallback, {elapsed:.2f} s"
-        )
+        hits = f"{self.hits} hits"
+        if self.waited:
+            hits += f" ({self.waited} after waiting {self.wait_seconds:.1f} s for other links)"
+        parts = [f"{self.jobs} jobs: {hits}", f"{self.compiled - self.fallback} compiled"]
+        if self.fallback:
+            parts.append(f"{self.fallback} fallback")
+        if self.verified:
+            parts.append(f"{self.verified} verified ({self.mismatches} mismatches)")
+        return ", ".join(parts) + f", {elapsed:.2f} s"
+
+
+class Progress:
+    """Jobs done out of all, for links that take more than a couple of seconds: one line
+    rewriting itself on a terminal, an occasional plain line when asked (``--progress``)
+    on anything else, nothing with --quiet."""
+
+    __slots__ = ("enabled", "last", "log", "started", "summary", "terminal")
+
+    def __init__(self, summary: Summary, log: Log, *, terminal: bool, asked: bool) -> None:
+        self.summary = summary
+        self.log = log
+        self.terminal = terminal
+        self.enabled = not log.quiet and (terminal or asked)
+        self.started = time.monotonic()
+        self.last = 0.0  # the first update after _PROGRESS_AFTER always shows
+
+    def update(self) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        every = _TERMINAL_EVERY if self.terminal else _PLAIN_EVERY
+        if now - self.started < _PROGRESS_AFTER or now - self.last < every:
+            return
+        self.last = now
+        s = self.summary
+        done = s.hits + s.compiled
+        text = (f"{done}/{s.jobs} jobs done ({s.hits} hits, {s.compiled} compiled), "
+                f"{now - self.started:.0f} s")  # fmt: skip
+        if self.terminal:
+            self.log.status(text)
+        else:
+            self.log.info(text)
+
+    def finish(self) -> None:
+        if self.enabled and self.terminal:
+            self.log.end_status()

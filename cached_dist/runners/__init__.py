@@ -45,7 +45,7 @@ class Result:
         self.job = job
         self.seconds = seconds
         self.failure = failure  # e.g. "exit status 1: <last lines of stderr>"
-        self.by = by  # who compiled it: "here", "the inner distributor", "a worker", ...
+        self.by = by  # who compiled it: "here", "by the inner distributor", "on a worker", ...
 
     @property
     def ok(self) -> bool:

@@ -64,7 +64,7 @@ class WrappedRunner:
         for job in jobs:
             missing = missing_output(job)
             failure = None if missing is None else f"{self.name} did not write {missing}"
-            report(Result(job, share, failure, by="the inner distributor"))
+            report(Result(job, share, failure, by="by the inner distributor"))
 
 
 _MARK = ".cached-dist."

@@ -1,7 +1,9 @@
 """usage: cached-dist stats [--json] [--cache-dir DIR]
 
 Shows the cache's statistics, shared by every process that uses the directory: hits, misses,
-hit rate, entries, size and limit, evictions, corruptions and compile time saved."""
+hit rate, entries, size and limit, evictions, corruptions and the compile time of hits (the
+sum of each hit's recorded compile time: on N cores a link saves about 1/N of it in wall
+time)."""
 
 import json
 
@@ -39,7 +41,7 @@ def main(args: list[str]) -> int:
         ("corruptions", stats.get("corruptions", 0)),
         ("bytes stored", human_size(stats.get("bytes_stored", 0))),
         ("bytes served", human_size(stats.get("bytes_served", 0))),
-        ("compile time saved", f"{stats['time_saved']:.1f} s"),
+        ("compile time of hits", f"{stats['time_saved']:.1f} s (sum over jobs, not wall time)"),
         ("shards decoded", stats["shards_decoded"]),
         ("shards memoized", stats["shards_memoized"]),
         ("shards not canonical", stats["shards_not_canonical"]),
