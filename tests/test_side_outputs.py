@@ -2,7 +2,7 @@
 
 import pytest
 
-from cached_dist.keys.side_outputs import side_output_reason
+from cached_dist.keys.side_outputs import command_side_output_reason, side_output_reason
 
 CLANG = ["/usr/bin/clang", "-c", "-O2"]
 JOB = ["m.o", "-fthinlto-index=m.1.2.native.o.thinlto.bc", "-o", "m.1.2.native.o"]
@@ -51,3 +51,15 @@ def test_ordinary_options_stay_cacheable(extra: list[str]) -> None:
 
 def test_an_empty_compiler_is_not_a_side_output() -> None:
     assert side_output_reason(["", *CLANG[1:], *JOB]) is None
+
+
+@pytest.mark.parametrize(
+    ("common", "own", "expected"),
+    [((*CLANG, "-gsplit-dwarf"), tuple(JOB), True), (tuple(CLANG), ("-ftime-trace", *JOB), True),
+     ((*CLANG, "-mllvm"), ("-stats-json", *JOB), True), (tuple(CLANG), tuple(JOB), False)],
+)  # fmt: skip
+def test_the_shared_part_is_checked_like_the_whole(
+    common: tuple[str, ...], own: tuple[str, ...], expected: bool
+) -> None:
+    assert (command_side_output_reason(common, own) is not None) == expected
+    assert (side_output_reason([*common, *own]) is not None) == expected

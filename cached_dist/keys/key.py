@@ -22,7 +22,7 @@ import xxhash
 
 from ..jobfile import Job, JobFile
 from .digests import Digests
-from .side_outputs import side_output_reason
+from .side_outputs import command_side_output_reason
 
 KEY_FORMAT = 2  # 2: canonical summary shards
 
@@ -62,10 +62,10 @@ def job_key(
 ) -> str:
     """The key as a hex string; OSError if an input cannot be read, NotCacheableError if
     the job must always be compiled."""
-    command = job_file.command(job)
-    reason = side_output_reason(command)
+    reason = command_side_output_reason(job_file.common_args, job.args)
     if reason is not None:
         raise NotCacheableError(reason)
+    command = job_file.command(job)
     named = roles(job_file, job)
     parts = [f"cached-dist key {KEY_FORMAT}", toolchain, job_file.linker_version or "-", "argv"]
     others: list[str] = []

@@ -42,6 +42,19 @@ _FLAGS = {
 _LLVM_OPTION_WORDS = ("file", "output", "dump", "stats")
 
 
+_common_memo: dict[tuple[str, ...], str | None] = {}
+
+
+def command_side_output_reason(common: tuple[str, ...], own: tuple[str, ...]) -> str | None:
+    """:func:`side_output_reason` of ``common + own``, scanning the part every job shares
+    once per link rather than once per job."""
+    if common and common[-1] in ("-mllvm", "-Xclang"):  # a flag whose value is in ``own``
+        return side_output_reason((*common, *own))
+    if common not in _common_memo:
+        _common_memo[common] = side_output_reason(common)
+    return _common_memo[common] or side_output_reason(own)
+
+
 def side_output_reason(args: list[str] | tuple[str, ...]) -> str | None:
     """Why a job with this command line must not be cached, or None if it may be."""
     after_mllvm = False
