@@ -28,7 +28,8 @@ class Manifest:
     """The outputs of one action by role (digest, size), plus how and when they were made.
 
     `meta` holds created (epoch seconds), duration (compile seconds, credited as time saved on a
-    hit), toolchain (identity string) and key_version (key format of the distributor).
+    hit), toolchain (identity string), key_version (key format of the distributor) and, when
+    known, wall (the share of the link's wall time the compile accounted for).
     """
 
     __slots__ = ("key", "meta", "outputs")
@@ -55,6 +56,12 @@ class Manifest:
         """Compile time the entry saves on each hit."""
         value = self.meta.get("duration", 0.0)
         return float(value) if isinstance(value, int | float) else 0.0
+
+    @property
+    def wall(self) -> float | None:
+        """Wall time of its link the compile accounted for, if recorded."""
+        value = self.meta.get("wall")
+        return float(value) if isinstance(value, int | float) else None
 
     @property
     def size(self) -> int:

@@ -182,8 +182,12 @@ class Store:
         duration: float,
         toolchain: str,
         key_version: int,
+        wall: float | None = None,
     ) -> bool:
-        """Copy the outputs in (never moving or linking the sources) and record the entry."""
+        """Copy the outputs in (never moving or linking the sources) and record the entry.
+
+        `wall` is the share of its link's wall time this result accounts for, when the caller
+        knows it (a hit then replaces that much wall time, not `duration`)."""
         index = self._index
         if index is None or not valid_key(key) or not outputs:
             return False
@@ -201,6 +205,8 @@ class Store:
                 "toolchain": str(toolchain),
                 "key_version": int(key_version),
             }
+            if wall is not None:
+                meta["wall"] = float(wall)
             # Blobs first, entry last: an entry never names a blob that is not yet in place.
             index.set_entry(key, Manifest(key, refs, meta).encode())
         except Exception as error:

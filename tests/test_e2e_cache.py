@@ -42,7 +42,9 @@ def test_identical_relink_compiles_nothing_and_is_byte_identical(
     project = build(program, tmp_path / "p", archive)  # type: ignore[arg-type]
     wrapper, counter = counting_compiler(tmp_path)
     cache = tmp_path / "cache"
+    started = time.monotonic()
     cached_link(project, cache, wrapper, "first")
+    first_wall = time.monotonic() - started
     jobs = compilations(counter)
     assert jobs == (5 if program == "calc" else 4)
     done = cached_link(project, cache, wrapper, "second")
@@ -56,6 +58,8 @@ def test_identical_relink_compiles_nothing_and_is_byte_identical(
     s = stats(cache)
     assert (s["hits"], s["misses"], s["entries"]) == (jobs, jobs, jobs)
     assert s["time_saved"] > 0
+    # The hits replaced the first link's compile batch: part of that link's wall time.
+    assert 0 < s["wall_saved"] < first_wall
 
 
 def test_relink_from_a_copy_of_the_build_directory_compiles_nothing(tmp_path: Path) -> None:

@@ -1,9 +1,10 @@
 """usage: cached-dist stats [--json] [--cache-dir DIR]
 
 Shows the cache's statistics, shared by every process that uses the directory: hits, misses,
-hit rate, entries, size and limit, evictions, corruptions and the compile time of hits (the
+hit rate, entries, size and limit, evictions, corruptions, the compile time of hits (the
 sum of each hit's recorded compile time: on N cores a link saves about 1/N of it in wall
-time)."""
+time) and the wall time the hits replaced (each stored result records the share of its link's
+wall time it accounted for; results stored before cached-dist recorded it count nothing)."""
 
 import json
 
@@ -12,7 +13,7 @@ from . import human_size, open_store, options_for
 # Counters cached-dist keeps in the store beside the store's own (see link.cached.run_cached).
 EXTRA = ("shards_decoded", "shards_memoized", "shards_not_canonical", "jobs_not_cacheable",
          "hits_verified",
-         "hit_mismatches", "hits_unverifiable")  # fmt: skip
+         "hit_mismatches", "hits_unverifiable", "wall_saved_us")  # fmt: skip
 
 
 def main(args: list[str]) -> int:
@@ -25,6 +26,7 @@ def main(args: list[str]) -> int:
         stats.setdefault(name, 0)
     lookups = stats["hits"] + stats["misses"]
     stats["hit_rate"] = stats["hits"] / lookups if lookups else 0.0
+    stats["wall_saved"] = stats.pop("wall_saved_us") / 1e6
     stats["cache_dir"] = options.cache_dir  # type: ignore[assignment]
     if as_json:
         print(json.dumps(stats, indent=1, sort_keys=True))
@@ -42,6 +44,7 @@ def main(args: list[str]) -> int:
         ("bytes stored", human_size(stats.get("bytes_stored", 0))),
         ("bytes served", human_size(stats.get("bytes_served", 0))),
         ("compile time of hits", f"{stats['time_saved']:.1f} s (sum over jobs, not wall time)"),
+        ("wall time replaced", f"{stats['wall_saved']:.1f} s (by hits, where recorded)"),
         ("shards decoded", stats["shards_decoded"]),
         ("shards memoized", stats["shards_memoized"]),
         ("shards not canonical", stats["shards_not_canonical"]),
