@@ -58,6 +58,12 @@ def test_options_are_checked_and_passed_through_with_absolute_paths(tmp_path: Pa
 def test_cc_option_wins_over_the_environment(tmp_path: Path) -> None:
     done = flags("--cc", str(CLANG), cwd=tmp_path, CC="no-such-compiler")
     assert done.returncode == 0, done.stderr
+    done = flags(cwd=tmp_path, CC=f"'{CLANG}' --target=x86_64-linux-gnu")  # words, shell-split
+    assert done.returncode == 0, done.stderr
+    done = flags(cwd=tmp_path, CC=f"{CLANG} --no-such-flag")
+    assert_one_line_error(
+        done, 2, "cannot do DTLTO: clang: error: unknown argument: '--no-such-flag'"
+    )
     done = flags(f"--cc={CLANG}", "--cc", "no-such-compiler", cwd=tmp_path)
     assert_one_line_error(done, 2, "compiler 'no-such-compiler' not found")
 
