@@ -96,6 +96,14 @@ def test_a_clang_that_cannot_find_lld_is_one_line_error(tmp_path: Path) -> None:
     assert_one_line_error(done, 2, "cannot find lld for -fuse-ld=lld")
 
 
+@pytest.mark.skipif(not Path("/usr/bin/clang-22").exists(), reason="not Debian's clang-22")
+def test_debians_clang_22_finds_its_own_lld_without_ld_lld_on_path(tmp_path: Path) -> None:
+    for name in ("clang-22", "clang++-22"):  # a PATH with no ld.lld at all
+        (tmp_path / name).symlink_to(Path("/usr/bin") / name)
+    done = flags(cwd=tmp_path, CC="clang-22", CXX="clang++-22", PATH=str(tmp_path))
+    assert done.returncode == 0, done.stderr
+
+
 def test_clang_on_path_is_the_default(tmp_path: Path) -> None:
     done = flags(cwd=tmp_path, PATH=str(tmp_path))  # nothing else: Debian names it clang-22
     assert_one_line_error(
