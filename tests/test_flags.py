@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from .test_cli import assert_one_line_error
-from .toolchain import CLANG, PROGRAMS, cached_dist_exe, requires_toolchain
+from .toolchain import CLANG, PROGRAMS, cached_dist_exe, requires_toolchain, stats
 
 pytestmark = requires_toolchain
 
@@ -133,22 +133,27 @@ def test_usage_errors(tmp_path: Path, args: list[str], message: str) -> None:
 @pytest.mark.e2e
 @pytest.mark.skipif(shutil.which("make") is None, reason="make not installed")
 def test_a_distributor_path_with_spaces_survives_make(tmp_path: Path) -> None:
-    """The shell quoting is what make (and CMake's generators) pass on to sh."""
+    """The shell quoting is what make (and CMake's generators) pass on to sh; options reach links."""
     spaced = tmp_path / "my tools" / "cached-dist"
     spaced.parent.mkdir()
     spaced.symlink_to(cached_dist_exe())
-    done = flags(cwd=tmp_path, exe=str(spaced), CC=str(CLANG))
+    done = flags(
+        "--jobs", "2", "--cache-dir=my cache", cwd=tmp_path, exe=str(spaced), CC=str(CLANG)
+    )
     assert done.returncode == 0, done.stderr
     assert f"'-fthinlto-distributor={spaced}'" in done.stdout
+    assert f"'-Xthinlto-distributor=--cache-dir={tmp_path}/my cache'" in done.stdout
     project = tmp_path / "tally"
     shutil.copytree(PROGRAMS / "tally", project)
     build = subprocess.run(
         ["make", f"CC={CLANG}", f"CXX={CLANG}++", "CFLAGS=-O2 -flto=thin",
          "CXXFLAGS=-O2 -flto=thin", f"LDFLAGS={done.stdout.strip()}"],
         cwd=project, capture_output=True, text=True,
-        env={**os.environ, "CACHED_DIST_DIR": str(tmp_path / "cache"), "MAKEFLAGS": ""},
+        env={**os.environ, "CACHED_DIST_DIR": str(tmp_path / "not used"), "MAKEFLAGS": ""},
     )  # fmt: skip
     assert build.returncode == 0, build.stdout + build.stderr
     assert "cached-dist: 4 jobs: 0 hits, 4 compiled" in build.stderr
+    assert stats(tmp_path / "my cache")["misses"] == 5  # the option won over the environment
+    assert not (tmp_path / "not used").exists()
     ran = subprocess.run(["./tally"], cwd=project, capture_output=True, text=True)
     assert ran.stdout == (PROGRAMS / "tally" / "expected.txt").read_text()
