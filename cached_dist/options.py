@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from typing import Any
 
-SUBCOMMANDS = ("stats", "clear", "trim", "verify")
+SUBCOMMANDS = ("stats", "clear", "trim", "verify", "flags")
 DEFAULT_MAX_SIZE = 5 * 2**30
 
 
@@ -305,7 +305,7 @@ def resolve(flags: Sequence[str], inner: Sequence[str], environ: Mapping[str, st
 def help_text() -> str:
     lines = [
         "usage: cached-dist [OPTIONS] [-- INNER_DISTRIBUTOR [INNER_ARGS...]] JOBFILE",
-        "       cached-dist {stats,clear,trim,verify} [OPTIONS]",
+        "       cached-dist {stats,clear,trim,verify,flags} [OPTIONS]",
         "",
         "A caching distributor for LLVM DTLTO: ld.lld runs it with",
         "  -fthinlto-distributor=$(command -v cached-dist) [-Xthinlto-distributor=OPTION,...]",
@@ -327,5 +327,6 @@ def help_text() -> str:
         "  clear                      empty the cache",
         "  trim [--max-size SIZE]     evict least recently used entries down to SIZE",
         "  verify                     re-hash every stored blob, drop corrupt ones",
+        '  flags [--cc COMPILER]      print the link flags: LDFLAGS="$(cached-dist flags)"',
     ]
     return "\n".join(lines)

@@ -1,4 +1,4 @@
-"""Cache maintenance commands, one module each: stats, clear, trim, verify."""
+"""Commands, one module each: stats, clear, trim, verify (the cache) and flags (link flags)."""
 
 import os
 from collections.abc import Sequence

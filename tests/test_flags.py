@@ -1,0 +1,159 @@
+"""`cached-dist flags`: the link flags it prints and its check of the compiler, with real drivers."""
+
+import os
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from .test_cli import assert_one_line_error
+from .toolchain import CLANG, PROGRAMS, cached_dist_exe, requires_toolchain, stats
+
+pytestmark = requires_toolchain
+
+NEEDS = "DTLTO needs clang 21 or later with lld"
+requires_clang14 = pytest.mark.skipif(
+    shutil.which("clang-14") is None, reason="Debian's clang-14 not installed (run scripts/setup)"
+)
+
+
+def flags(
+    *args: str, cwd: Path, exe: str | None = None, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """Runs the installed console script with CC/CXX only as given (nothing inherited)."""
+    base = {k: v for k, v in os.environ.items() if k not in {"CC", "CXX"}}
+    return subprocess.run(
+        [exe or cached_dist_exe(), "flags", *args], cwd=cwd, capture_output=True, text=True,
+        env={**base, **env},
+    )  # fmt: skip
+
+
+def test_prints_the_link_flags_for_a_dtlto_capable_clang(tmp_path: Path) -> None:
+    done = flags(cwd=tmp_path, CC=str(CLANG), CXX=f"{CLANG}++")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    exe = os.path.abspath(cached_dist_exe())
+    assert done.stdout == f"-fuse-ld=lld -flto=thin -fthinlto-distributor={exe}\n"
+
+
+def test_options_are_checked_and_passed_through_with_absolute_paths(tmp_path: Path) -> None:
+    done = flags("--jobs", "4", "--cache-dir=cache", "-q", "--config", "~/c.toml",
+                 "--", "python3", "my dist.py", cwd=tmp_path, CC=str(CLANG))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    words = shlex.split(done.stdout)
+    assert words[3:] == [
+        "-Xthinlto-distributor=--jobs",
+        "-Xthinlto-distributor=4",
+        f"-Xthinlto-distributor=--cache-dir={tmp_path / 'cache'}",
+        "-Xthinlto-distributor=-q",
+        "-Xthinlto-distributor=--config",
+        f"-Xthinlto-distributor={Path('~/c.toml').expanduser()}",
+        "-Xthinlto-distributor=--,python3,my dist.py",
+    ]
+    assert "'-Xthinlto-distributor=--,python3,my dist.py'" in done.stdout  # quoted for a shell
+
+
+def test_cc_option_wins_over_the_environment(tmp_path: Path) -> None:
+    done = flags("--cc", str(CLANG), cwd=tmp_path, CC="no-such-compiler")
+    assert done.returncode == 0, done.stderr
+    done = flags(cwd=tmp_path, CC=f"'{CLANG}' --target=x86_64-linux-gnu")  # words, shell-split
+    assert done.returncode == 0, done.stderr
+    done = flags(cwd=tmp_path, CC=f"{CLANG} --no-such-flag")
+    assert_one_line_error(
+        done, 2, "cannot do DTLTO: clang: error: unknown argument: '--no-such-flag'"
+    )
+    done = flags(f"--cc={CLANG}", "--cc", "no-such-compiler", cwd=tmp_path)
+    assert_one_line_error(done, 2, "compiler 'no-such-compiler' not found")
+
+
+@requires_clang14
+def test_an_old_clang_is_one_line_error(tmp_path: Path) -> None:
+    done = flags(cwd=tmp_path, CC="clang-14")
+    assert_one_line_error(done, 2, f"clang-14 (Debian clang version 14.0.6) cannot link through "
+                                   f"a distributor: {NEEDS}")  # fmt: skip
+    assert done.stdout == ""
+
+
+@requires_clang14
+def test_cxx_is_checked_too(tmp_path: Path) -> None:
+    done = flags(cwd=tmp_path, CC=str(CLANG), CXX="clang++-14")
+    assert_one_line_error(done, 2, "clang++-14 (Debian clang version 14.0.6) cannot link")
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc not installed")
+def test_gcc_is_one_line_error(tmp_path: Path) -> None:
+    assert_one_line_error(flags(cwd=tmp_path, CC="gcc"), 2, f"cannot link through a distributor: "
+                                                             f"{NEEDS}")  # fmt: skip
+
+
+def test_a_clang_that_cannot_find_lld_is_one_line_error(tmp_path: Path) -> None:
+    lonely = tmp_path / "bin" / "clang"  # a real clang 22 with no ld.lld beside it or on PATH
+    lonely.parent.mkdir()
+    shutil.copy(CLANG.resolve(), lonely)
+    done = flags(cwd=tmp_path, CC=str(lonely), PATH="/usr/bin:/bin")
+    assert_one_line_error(done, 2, "cannot find lld for -fuse-ld=lld")
+
+
+@pytest.mark.skipif(not Path("/usr/bin/clang-22").exists(), reason="not Debian's clang-22")
+def test_debians_clang_22_finds_its_own_lld_without_ld_lld_on_path(tmp_path: Path) -> None:
+    for name in ("clang-22", "clang++-22"):  # a PATH with no ld.lld at all
+        (tmp_path / name).symlink_to(Path("/usr/bin") / name)
+    done = flags(cwd=tmp_path, CC="clang-22", CXX="clang++-22", PATH=str(tmp_path))
+    assert done.returncode == 0, done.stderr
+
+
+def test_clang_on_path_is_the_default(tmp_path: Path) -> None:
+    done = flags(cwd=tmp_path, PATH=str(tmp_path))  # nothing else: Debian names it clang-22
+    assert_one_line_error(
+        done, 2, f"compiler 'clang' not found: set CC or --cc to a clang ({NEEDS})"
+    )
+    (tmp_path / "clang").symlink_to(CLANG)
+    done = flags(cwd=tmp_path, PATH=str(tmp_path))
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--frobnicate"], "unknown option '--frobnicate'"),
+        (["--jobs", "0"], "option --jobs: must be at least 1"),
+        (["--cache-dir=/a,b"], "'--cache-dir=/a,b' contains a comma, which clang would split"),
+        (["--", "dist,py"], "'dist,py' contains a comma"),
+        (["--"], "'--' must be followed by the inner distributor's command"),
+        (["--cc"], "option --cc needs a value (COMPILER)"),
+        (["--cc="], "empty compiler name"),
+    ],
+)
+def test_usage_errors(tmp_path: Path, args: list[str], message: str) -> None:
+    assert_one_line_error(flags(*args, cwd=tmp_path, CC=str(CLANG)), 2, message)
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(shutil.which("make") is None, reason="make not installed")
+def test_a_distributor_path_with_spaces_survives_make(tmp_path: Path) -> None:
+    """The shell quoting is what make (and CMake's generators) pass on to sh; options reach links."""
+    spaced = tmp_path / "my tools" / "cached-dist"
+    spaced.parent.mkdir()
+    spaced.symlink_to(cached_dist_exe())
+    done = flags(
+        "--jobs", "2", "--cache-dir=my cache", cwd=tmp_path, exe=str(spaced), CC=str(CLANG)
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"'-fthinlto-distributor={spaced}'" in done.stdout
+    assert f"'-Xthinlto-distributor=--cache-dir={tmp_path}/my cache'" in done.stdout
+    project = tmp_path / "tally"
+    shutil.copytree(PROGRAMS / "tally", project)
+    build = subprocess.run(
+        ["make", f"CC={CLANG}", f"CXX={CLANG}++", "CFLAGS=-O2 -flto=thin",
+         "CXXFLAGS=-O2 -flto=thin", f"LDFLAGS={done.stdout.strip()}"],
+        cwd=project, capture_output=True, text=True,
+        env={**os.environ, "CACHED_DIST_DIR": str(tmp_path / "not used"), "MAKEFLAGS": ""},
+    )  # fmt: skip
+    assert build.returncode == 0, build.stdout + build.stderr
+    assert "cached-dist: 4 jobs: 0 hits, 4 compiled" in build.stderr
+    assert stats(tmp_path / "my cache")["misses"] == 5  # the option won over the environment
+    assert not (tmp_path / "not used").exists()
+    ran = subprocess.run(["./tally"], cwd=project, capture_output=True, text=True)
+    assert ran.stdout == (PROGRAMS / "tally" / "expected.txt").read_text()
