@@ -259,7 +259,10 @@ def _long_name(f: object, at: int) -> str:
         header = f.read(_HEADER)
         if len(header) < _HEADER:
             break
-        size = int(header[48:58].decode("ascii").strip() or "0")
+        try:
+            size = int(header[48:58].decode("ascii").strip() or "0")
+        except (UnicodeDecodeError, ValueError):
+            break
         if header[:16].rstrip(b" ") == b"//":
             f.seek(pos + _HEADER + at)
             text = f.read(min(4096, max(0, size - at)))
