@@ -226,7 +226,7 @@ def run_cached(job_file: JobFile, options: Options, log: Log) -> Summary:
     keyed: list[Keyed] = []
     try:
         try:
-            keyed = compute_keys(job_file, store, shard_keys)
+            keyed = compute_keys(job_file, store, shard_keys, options.compiler_check, log.warn)
         except Exception as e:  # a bug in keying must not cost the user the link
             if options.debug:
                 raise
