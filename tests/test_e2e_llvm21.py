@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from .llvm21 import Llvm21, requires_llvm21, script
+from .test_hot_path import HEAVY, imported
 from .toolchain import Project, cached_dist_exe, run, stats
 
 pytestmark = [requires_llvm21, pytest.mark.e2e]
@@ -44,10 +45,12 @@ def test_archive_links_relinks_with_zero_compilations_and_leaves_nothing(
     assert project.run_program("first") == project.expected_output
     assert tc.compilations() == 5
     assert leftovers(project.dir) == []
-    done = link(tc, project, "second", f"--cache-dir={cache}")
+    env = {**tc.env, "PYTHONPROFILEIMPORTTIME": "1"}
+    done = run(tc.link_command(project, "second", [f"--cache-dir={cache}"]), project.dir, env=env)
     assert done.returncode == 0, done.stderr
     assert tc.compilations() == 5, done.stderr  # every job a hit
     assert "5 jobs: 5 hits, 0 compiled" in done.stderr
+    assert sorted(m for m in HEAVY if m in imported(done.stderr)) == []  # still a cheap hit
     plain = link(tc, project, "plain", "--disable")
     assert plain.returncode == 0, plain.stderr
     first, second = (project.dir / "first").read_bytes(), (project.dir / "second").read_bytes()
@@ -159,4 +162,25 @@ def test_sigkill_of_the_link_then_the_next_link_cleans_up(tmp_path: Path) -> Non
     assert done.returncode == 0, done.stderr
     assert "5 jobs: 0 hits, 5 compiled" in done.stderr
     assert project.run_program("third") == project.expected_output
+    assert leftovers(project.dir) == []
+
+
+def test_concurrent_links_share_the_extracted_members(tmp_path: Path) -> None:
+    """Two links in one directory need the same members at once: each finds them, neither
+    removes them while the other compiles, and none is left when both are done."""
+    tc = Llvm21(tmp_path / "tc")
+    project = tc.build("calc", tmp_path / "p", "regular")
+    slow = script(tmp_path / "slow-clang", f"sleep 1\nexec '{tc.clang}' \"$@\"")
+    links = []
+    for name in ("one", "two"):
+        cmd = tc.link_command(project, name, [f"--cache-dir={tmp_path / name}", "-j2"])
+        cmd = [a.replace(str(tc.clang), str(slow)) for a in cmd]
+        links.append(subprocess.Popen(cmd, cwd=project.dir, env=tc.env, text=True,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))  # fmt: skip
+    for p in links:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+        assert "5 jobs: 0 hits, 5 compiled" in err
+    assert tc.compilations() == 10
+    assert project.run_program("one") == project.run_program("two") == project.expected_output
     assert leftovers(project.dir) == []
