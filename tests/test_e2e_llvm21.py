@@ -9,6 +9,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -57,6 +58,26 @@ def test_archive_links_relinks_with_zero_compilations_and_leaves_nothing(
     assert first == second == (project.dir / "plain").read_bytes()
     s = stats(cache)
     assert s["shards_decoded"] == 5 and s.get("shards_not_canonical", 0) == 0
+    assert leftovers(project.dir) == []
+    # --verify-hits recompiles every hit: those compiles read the members too.
+    done = link(tc, project, "third", f"--cache-dir={cache}", "--verify-hits=1")
+    assert done.returncode == 0, done.stderr
+    assert "5 hits, 0 compiled, 5 verified (0 mismatches)" in done.stderr
+    assert tc.compilations() == 15  # first, plain (--disable) and the verification
+    assert leftovers(project.dir) == []
+
+
+def test_a_wrapped_distributor_gets_the_members_written_out(tmp_path: Path) -> None:
+    """LLVM's own distributors fail on LLD 21's regular archives; wrapped, a plain serial
+    one succeeds, because the members exist while it runs."""
+    tc = Llvm21(tmp_path / "tc")
+    project = tc.build("calc", tmp_path / "p", "regular")
+    serial = Path(__file__).parent / "serial_distributor.py"
+    done = link(tc, project, "app", f"--cache-dir={tmp_path / 'cache'}", "--no-fallback", "--",
+                sys.executable, str(serial))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert tc.compilations() == 5 and "fallback" not in done.stderr
+    assert project.run_program() == project.expected_output
     assert leftovers(project.dir) == []
 
 
