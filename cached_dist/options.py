@@ -97,6 +97,22 @@ def parse_bool(text: str) -> bool:
     raise ValueError(f"not a boolean: {text!r} (use 1/0, true/false, yes/no, on/off)")
 
 
+def _compiler_check(text: str) -> str:
+    """content, mtime, string:VALUE, or a command (split like a shell would, when used)."""
+    value = text.strip()
+    if value in ("content", "mtime") or (value.startswith("string:") and len(value) > 7):
+        return value
+    import shlex
+
+    try:
+        words = shlex.split(value)
+    except ValueError as e:
+        raise ValueError(f"cannot split the command {value!r}: {e}") from None
+    if not words or value == "string:":
+        raise ValueError("expected content, mtime, string:VALUE or a command")
+    return value
+
+
 class OptionSpec:
     """One option: its flag, variable, config key, parser and help."""
 
@@ -145,6 +161,10 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("group-shared", "create the cache for a group: setgid dirs, group-writable files"),
     OptionSpec("verify-hits", "recompile this fraction of hits and compare bytes (default: 0)",
                _fraction, "FRACTION"),
+    # --compiler-check (issue 15): how the backend compiler is identified in keys.
+    OptionSpec("compiler-check", "how the compiler is identified: content (default), mtime, "
+               "string:VALUE, or a command such as '%compiler% --version'", _compiler_check,
+               "CHECK"),
     OptionSpec("config", "TOML config file (default: $XDG_CONFIG_HOME/cached-dist/config.toml)",
                _path, "FILE"),
 )  # fmt: skip
@@ -169,6 +189,7 @@ class Options:
         disable: bool = False,
         group_shared: bool = False,
         verify_hits: float = 0.0,
+        compiler_check: str = "content",
         config: str = "",
         inner: tuple[str, ...] = (),  # the wrapped distributor's command; () = local runner
     ) -> None:
@@ -183,6 +204,7 @@ class Options:
         self.disable = disable
         self.group_shared = group_shared
         self.verify_hits = verify_hits
+        self.compiler_check = compiler_check
         self.config = config
         self.inner = inner
 

@@ -182,12 +182,11 @@ class Store:
         duration: float,
         toolchain: str,
         key_version: int,
-        wall: float | None = None,
+        meta: Mapping[str, Any] | None = None,
     ) -> bool:
-        """Copy the outputs in (never moving or linking the sources) and record the entry.
-
-        `wall` is the share of its link's wall time this result accounts for, when the caller
-        knows it (a hit then replaces that much wall time, not `duration`)."""
+        """Copy the outputs in (never moving or linking the sources) and record the entry;
+        ``meta`` adds JSON-able fields to the entry's metadata (e.g. a compiler's messages, or
+        ``wall``: the share of its link's wall time the compile accounted for)."""
         index = self._index
         if index is None or not valid_key(key) or not outputs:
             return False
@@ -199,16 +198,15 @@ class Store:
                 refs[role] = (digest, size)
                 if new:
                     new_bytes += size
-            meta: dict[str, Any] = {
+            fields: dict[str, Any] = {
+                **(meta or {}),
                 "created": time.time(),
                 "duration": float(duration),
                 "toolchain": str(toolchain),
                 "key_version": int(key_version),
             }
-            if wall is not None:
-                meta["wall"] = float(wall)
             # Blobs first, entry last: an entry never names a blob that is not yet in place.
-            index.set_entry(key, Manifest(key, refs, meta).encode())
+            index.set_entry(key, Manifest(key, refs, fields).encode())
         except Exception as error:
             self._fail("cannot store in the cache", error)
             return False

@@ -4,19 +4,20 @@ import os
 
 from ..errors import InputError
 from . import JobFile
+from .members import named_member
 
 
 def check_inputs(job_file: JobFile) -> None:
     """Every input must exist before anything runs: a compiler error about it would be obscure."""
     for path in job_file.common_inputs:
-        if not os.path.exists(path):
+        if not os.path.exists(path) and named_member(path) is None:
             raise InputError(f"input not found: {path} (common.inputs)")
     seen: set[str] = set()
     for job in job_file.jobs:
         for path in job.inputs:
             if path in seen:
                 continue
-            if not os.path.exists(path):
+            if not os.path.exists(path) and named_member(path) is None:
                 raise InputError(f"input not found: {path} (job {job.index}, {job.primary_output})")
             seen.add(path)
 

@@ -8,6 +8,8 @@ from .key import NotCacheableError, job_key
 
 TYPE_CHECKING = False  # typing and dataclasses cost ~15 ms of a ~100 ms cache hit
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ..jobfile import Job, JobFile
     from .shard_key import ShardKeys
     from .toolchain import Memo
@@ -25,21 +27,37 @@ class Keyed:
         self.reason = reason
 
 
-def compute_keys(job_file: JobFile, memo: Memo, shard_keys: ShardKeys) -> list[Keyed]:
+def compute_keys(
+    job_file: JobFile,
+    memo: Memo,
+    shard_keys: ShardKeys,
+    compiler_check: str = "content",
+    warn: Callable[[str], None] | None = None,
+) -> list[Keyed]:
+    """Every job's key; ``compiler_check`` is how the compiler is identified (see
+    :mod:`.toolchain`); ``warn`` hears once about a check command that fails."""
     digests = Digests()
     shard_keys.prepare(job_file.jobs, digests)
     identities: dict[str, str | None] = {}
+    why_not: dict[str, str] = {}
     keyed = []
     for job in job_file.jobs:
         compiler = job_file.command(job)[0]
         if compiler not in identities:
             try:
-                identities[compiler] = toolchain.identity(compiler, memo) if compiler else None
+                identities[compiler] = (
+                    toolchain.identity(compiler, memo, compiler_check) if compiler else None
+                )
             except OSError:
                 identities[compiler] = None  # the runner will report the missing compiler
+            except toolchain.CompilerCheckError as e:
+                identities[compiler] = None
+                why_not[compiler] = f"--compiler-check failed: {e}"
+                if warn is not None:
+                    warn(f"{why_not[compiler]}; not caching jobs compiled by {compiler}")
         ident = identities[compiler]
         key = None
-        reason = "no compiler" if ident is None else ""
+        reason = why_not.get(compiler, "no compiler") if ident is None else ""
         if ident is not None:
             try:
                 key = job_key(job_file, job, digests, ident, shard_keys)

@@ -1,7 +1,8 @@
 """Content digests of files, memoized by (device, inode, size, mtime) for the whole link.
 
 A module imported by twenty jobs is read and hashed once. The digest is XXH3-128 of the
-bytes, the same function the store uses for blobs.
+bytes, the same function the store uses for blobs. An archive member the linker names but
+does not write is read from the archive, so a hit never needs it on disk.
 """
 
 import os
@@ -23,6 +24,13 @@ class Digests:
         known = self._by_path.get(path)
         if known is not None:
             return known
+        if path.endswith(")"):  # LLD 21's ARCHIVE(MEMBER at OFFSET): the archive's bytes
+            from ..jobfile.members import named_member
+
+            member = named_member(path)
+            if member is not None:
+                digest = self._by_path[path] = digest_bytes(member.read())
+                return digest
         st = os.stat(path)
         identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
         found = self._memo.get(identity)

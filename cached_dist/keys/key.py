@@ -24,7 +24,7 @@ from ..jobfile import Job, JobFile
 from .digests import Digests
 from .side_outputs import command_side_output_reason
 
-KEY_FORMAT = 2  # 2: canonical summary shards
+KEY_FORMAT = 3  # 2: canonical summary shards; 3: entries hold the compiler's diagnostics
 
 ShardDigest = Callable[[Job, Digests], str]
 

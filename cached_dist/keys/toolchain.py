@@ -1,9 +1,17 @@
-"""The identity of the backend compiler: the executable and the LLVM libraries it loads.
+"""The identity of the backend compiler, as ``--compiler-check`` asks (ccache's model).
 
-Debian's clang is a 130 KB launcher; the compiler proper lives in libclang-cpp and libLLVM.
-Hashing only the executable could serve stale objects after an upgrade that changes only a
-library, so the identity covers those libraries too. Hashing ~200 MB costs time, so the
-result is memoized in the store by the files' (path, device, inode, size, mtime).
+- ``content`` (default): the executable and the LLVM libraries it loads. Debian's clang is a
+  130 KB launcher; the compiler proper lives in libclang-cpp and libLLVM, so hashing only
+  the executable could serve stale objects after an upgrade that changes only a library.
+  Hashing ~200 MB costs time, so the result is memoized in the store by the files' (path,
+  device, inode, size, mtime). A wrapper script is hashed as it is: the compiler it runs is
+  not seen.
+- ``mtime``: the same files' paths, sizes and modification times, without reading them.
+- ``string:VALUE``: VALUE alone (the user states the version).
+- any other value is a command (``%compiler% --version``): its exit status must be 0 and its
+  output is the identity. It sees through wrappers. The output is memoized by the command,
+  the stat of the compiler and of every file a wrapper script names by absolute path, so
+  relinks do not run it while nothing visible changed.
 """
 
 from __future__ import annotations
@@ -83,15 +91,27 @@ def _hash_file(h: xxhash.xxh3_128, path: str) -> None:
             h.update(m)
 
 
-def identity(compiler: str, memo: Memo) -> str:
-    """A digest naming the exact compiler that will run; raises OSError if it is missing."""
+class CompilerCheckError(Exception):
+    """The --compiler-check command failed; the message says how."""
+
+
+def identity(compiler: str, memo: Memo, check: str = "content") -> str:
+    """A digest naming the exact compiler that will run; raises OSError if it is missing,
+    CompilerCheckError if the check's command fails."""
+    if check.startswith("string:"):
+        return "string:" + xxhash.xxh3_128_hexdigest(check.encode("utf-8", "surrogateescape"))
     executable = os.path.realpath(resolve_program(compiler))
+    if check not in ("content", "mtime"):
+        return "command:" + _command_identity(check, compiler, executable, memo)
     exe_key = _stat_key(executable)
     libs_text = memo.memo_get("toolchain-libs", exe_key)
     if libs_text is None:
         libs_text = json.dumps(toolchain_libraries(executable))
         memo.memo_put("toolchain-libs", exe_key, libs_text)
     files = [executable, *json.loads(libs_text)]
+    if check == "mtime":
+        text = "|".join(f"{f}:{os.stat(f).st_size}:{os.stat(f).st_mtime_ns}" for f in files)
+        return "mtime:" + xxhash.xxh3_128_hexdigest(text.encode("utf-8", "surrogateescape"))
     full_key = "|".join(_stat_key(f) for f in files)
     found = memo.memo_get("toolchain", full_key)
     if found is None:
@@ -101,4 +121,48 @@ def identity(compiler: str, memo: Memo) -> str:
             _hash_file(h, path)
         found = h.hexdigest()
         memo.memo_put("toolchain", full_key, found)
+    return found
+
+
+_WRAPPER_MAX = 64 * 1024  # a script larger than this is not read for the paths it names
+
+
+def _named_files(executable: str) -> list[str]:
+    """Files a wrapper script names by absolute path (the compiler it runs, mostly)."""
+    try:
+        with open(executable, "rb") as f:
+            head = f.read(_WRAPPER_MAX + 1)
+    except OSError:
+        return []
+    if not head.startswith(b"#!") or len(head) > _WRAPPER_MAX:
+        return []
+    import re
+
+    text = head.decode("utf-8", "surrogateescape")
+    found = []
+    for path in re.findall(r"(?<![\w.])/[^\s'\"`$;&|()<>]+", text):
+        if path not in found and os.path.isfile(path):
+            found.append(path)
+    return found
+
+
+def _command_identity(command: str, compiler: str, executable: str, memo: Memo) -> str:
+    """The digest of the check command's output, memoized by what could change it."""
+    watched = [executable, *_named_files(executable)]
+    memo_key = command + "\0" + compiler + "\0" + "|".join(_stat_key(f) for f in watched)
+    found = memo.memo_get("compiler-check", memo_key)
+    if found is not None:
+        return found
+    import shlex
+    import subprocess
+
+    argv = [word.replace("%compiler%", compiler) for word in shlex.split(command)]
+    try:
+        done = subprocess.run(argv, capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError) as e:
+        raise CompilerCheckError(f"cannot run {argv[0]!r}: {e}") from None
+    if done.returncode != 0:
+        raise CompilerCheckError(f"{' '.join(argv)!r} exited with status {done.returncode}")
+    found = xxhash.xxh3_128_hexdigest(done.stdout + b"\0" + done.stderr)
+    memo.memo_put("compiler-check", memo_key, found)
     return found

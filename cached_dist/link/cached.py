@@ -13,6 +13,7 @@ be computed is simply compiled and not stored.
 
 from __future__ import annotations
 
+import os
 import time
 
 from ..keys.compute import Keyed, compute_keys
@@ -83,6 +84,9 @@ class CachedLink:
         if not self.store.materialize(manifest, output_roles(k.job)):
             return False
         self.summary.hits += 1
+        printed = manifest.meta.get("diagnostics")
+        if printed and isinstance(printed, str):  # what the compile printed, as it printed it
+            self.log.passthrough(os.path.basename(k.job.module), printed)
         self.bytes_served += sum(size for _, size in manifest.outputs.values())
         self.time_saved += manifest.duration
         wall = manifest.wall
@@ -99,6 +103,7 @@ class CachedLink:
         Raises JobsFailedError if some are still without outputs afterwards."""
         if not batch:
             return
+        from .diagnostics import why_not_stored
         from .dispatch import dispatch, raise_failures  # only when something must compile
 
         by_index = {k.job.index: k for k in batch}
@@ -113,11 +118,16 @@ class CachedLink:
             key = k.key or f"(not cached: {k.reason})"
             self.log.detail(f"miss {key} {k.job.module}: compiled {result.by or 'here'}, "
                             f"{result.seconds:.2f} s")  # fmt: skip
-            if k.key is not None:
+            veto = why_not_stored(result.output) if result.output else None
+            if veto is not None and k.key is not None:
+                self.log.warn(f"not caching {k.job.primary_output}: {veto}")
+            elif k.key is not None:
+                meta: dict[str, object] = {"wall": wall}
+                if result.output:
+                    meta["diagnostics"] = result.output
                 self.store.put(
                     k.key, output_roles(k.job), duration=result.seconds,
-                    toolchain=k.toolchain, key_version=KEY_FORMAT,
-                    wall=wall,
+                    toolchain=k.toolchain, key_version=KEY_FORMAT, meta=meta,
                 )  # fmt: skip
             claim = claims.pop(k.job.index, None)
             if claim is not None:
@@ -236,7 +246,7 @@ def run_cached(job_file: JobFile, options: Options, log: Log) -> Summary:
     keyed: list[Keyed] = []
     try:
         try:
-            keyed = compute_keys(job_file, store, shard_keys)
+            keyed = compute_keys(job_file, store, shard_keys, options.compiler_check, log.warn)
         except Exception as e:  # a bug in keying must not cost the user the link
             if options.debug:
                 raise

@@ -44,10 +44,25 @@ def dispatch(
     outcome = Outcome()
     if not jobs:
         return outcome
-    from ..runners.wrapped import InnerNotStartedError
-
     terminate_on_sigterm()
     remove_outputs(jobs)
+    from .extracted import extracted
+
+    with extracted(jobs):  # LLD 21's unwritten archive members, for as long as jobs run
+        _run_with_fallback(job_file, jobs, options, log, on_done, outcome)
+    return outcome
+
+
+def _run_with_fallback(
+    job_file: JobFile,
+    jobs: Sequence[Job],
+    options: Options,
+    log: Log,
+    on_done: Callable[[Result], None] | None,
+    outcome: Outcome,
+) -> None:
+    from ..runners.wrapped import InnerNotStartedError
+
     failed: list[Result] = []
     falling_back = False
 
@@ -79,7 +94,6 @@ def dispatch(
         make_runner(options, log, "local").run(job_file, retry, report)
         outcome.fallback = outcome.compiled - before
     outcome.failures = [Failure(r.job, r.failure or "") for r in failed]
-    return outcome
 
 
 def terminate_on_sigterm() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from ..jobfile import members
 from ..jobfile.checks import check_inputs, check_output_dirs
 
 TYPE_CHECKING = False
@@ -18,13 +19,19 @@ def run(job_file: JobFile, options: Options, log: Log) -> int:
     started = time.monotonic()
     check_inputs(job_file)
     check_output_dirs(job_file)
-    if options.disable:
-        from .dispatch import run_plain
+    try:
+        if options.disable:
+            from .dispatch import run_plain
 
-        summary = run_plain(job_file, options, log)
-    else:
-        from .cached import run_cached
+            summary = run_plain(job_file, options, log)
+        else:
+            from .cached import run_cached
 
-        summary = run_cached(job_file, options, log)
+            summary = run_cached(job_file, options, log)
+    finally:
+        if members.stale_dirs:  # archive members a killed link left behind
+            from .extracted import sweep
+
+            sweep()
     log.info(summary.line(time.monotonic() - started))
     return 0

@@ -67,7 +67,13 @@ def verify_hits(
         if result.failure is not None:
             failed[result.job.index] = result.failure
 
-    make_runner(options, log, "local").run(job_file, [s for _, s in runnable], report)
+    from .dispatch import terminate_on_sigterm
+    from .extracted import extracted
+
+    terminate_on_sigterm()
+    shadows = [s for _, s in runnable]
+    with extracted(shadows):
+        make_runner(options, log, "local").run(job_file, shadows, report)
     for k, s in runnable:
         try:
             if k.job.index in failed:

@@ -39,13 +39,16 @@ if TYPE_CHECKING:
 class Result:
     """How one job ended: ``failure`` is None when every output was written."""
 
-    __slots__ = ("by", "failure", "job", "seconds")
+    __slots__ = ("by", "failure", "job", "output", "seconds")
 
-    def __init__(self, job: Job, seconds: float, failure: str | None = None, by: str = "") -> None:
+    def __init__(
+        self, job: Job, seconds: float, failure: str | None = None, by: str = "", output: str = ""
+    ) -> None:
         self.job = job
         self.seconds = seconds
         self.failure = failure  # e.g. "exit status 1: <last lines of stderr>"
         self.by = by  # who compiled it: "here", "by the inner distributor", "on a worker", ...
+        self.output = output  # what the compiler printed (already relayed), when known
 
     @property
     def ok(self) -> bool:

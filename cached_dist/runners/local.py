@@ -107,7 +107,7 @@ class LocalRunner:
         missing = missing_output(r.job)
         if missing is not None:
             return Result(r.job, seconds, f"exited 0 but did not write {missing}")
-        return Result(r.job, seconds, by="here")
+        return Result(r.job, seconds, by="here", output=text)
 
 
 def _module_size(job: Job) -> int:

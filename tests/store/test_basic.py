@@ -327,7 +327,9 @@ def test_reads_of_an_existing_store_skip_diskcache(tmp_path: Path) -> None:
 def test_wall_share_is_kept_when_given_and_absent_otherwise(tmp_path: Path) -> None:
     s = Store(tmp_path / "c")
     src = write(tmp_path / "src", b"object")
-    assert s.put("aa", {"obj": src}, duration=2.5, toolchain="t", key_version=1, wall=0.75)
+    assert s.put(
+        "aa", {"obj": src}, duration=2.5, toolchain="t", key_version=1, meta={"wall": 0.75}
+    )
     assert put_one(s, tmp_path, "bb", b"other")
     with_wall, without = s.get("aa"), s.get("bb")
     assert with_wall is not None and without is not None
