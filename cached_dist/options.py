@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
 SUBCOMMANDS = ("stats", "clear", "trim", "verify")
 DEFAULT_MAX_SIZE = 5 * 2**30
+DEFAULT_DASK_TIMEOUT = 900.0
 
 
 def default_jobs() -> int:
@@ -78,6 +79,22 @@ def _fraction(text: str) -> float:
     return value
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"not a number of seconds: {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise ValueError(f"must be a positive number of seconds, got {text}")
+    return value
+
+
+def _address(text: str) -> str:
+    if not text.strip():
+        raise ValueError("empty address (example: tcp://build-scheduler:8786)")
+    return text.strip()
+
+
 def _path(text: str) -> str:
     if not text:
         raise ValueError("empty path")
@@ -137,7 +154,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("quiet", "no summary line; warnings and errors still print", short="-q"),
     OptionSpec("progress", "show progress even when stderr is not a terminal (occasional lines)"),
     OptionSpec("debug", "show Python tracebacks for errors"),
-    OptionSpec("no-fallback", "do not compile locally what the inner distributor failed to do"),
+    OptionSpec("no-fallback", "do not compile locally what the inner distributor (or Dask) "
+               "failed to do"),
     OptionSpec("cache-dir", "cache directory (default: $XDG_CACHE_HOME/cached-dist)", _path, "DIR"),
     OptionSpec("max-size", "cache size limit, e.g. 500M, 5G, 5Gi (default: 5Gi)", parse_size,
                "SIZE"),
@@ -145,6 +163,11 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("group-shared", "create the cache for a group: setgid dirs, group-writable files"),
     OptionSpec("verify-hits", "recompile this fraction of hits and compare bytes (default: 0)",
                _fraction, "FRACTION"),
+    # The Dask runner (cached_dist/runners/dask.py)
+    OptionSpec("dask-scheduler", "compile misses on the Dask cluster at ADDRESS, e.g. "
+               "tcp://host:8786 (needs cached-dist[dask])", _address, "ADDRESS"),
+    OptionSpec("dask-timeout", "longest wait for a link's jobs on Dask; the rest compile here "
+               "(default: 900)", _seconds, "SECONDS"),
     OptionSpec("config", "TOML config file (default: $XDG_CONFIG_HOME/cached-dist/config.toml)",
                _path, "FILE"),
 )  # fmt: skip
@@ -170,6 +193,8 @@ class Options:
         group_shared: bool = False,
         verify_hits: float = 0.0,
         config: str = "",
+        dask_scheduler: str = "",  # "": no Dask runner
+        dask_timeout: float = DEFAULT_DASK_TIMEOUT,
         inner: tuple[str, ...] = (),  # the wrapped distributor's command; () = local runner
     ) -> None:
         self.jobs = default_jobs() if jobs is None else jobs
@@ -184,6 +209,8 @@ class Options:
         self.group_shared = group_shared
         self.verify_hits = verify_hits
         self.config = config
+        self.dask_scheduler = dask_scheduler
+        self.dask_timeout = dask_timeout
         self.inner = inner
 
 
@@ -295,6 +322,8 @@ def resolve(flags: Sequence[str], inner: Sequence[str], environ: Mapping[str, st
     if inner:
         merged["inner"] = tuple(inner)
     options = Options(**merged)
+    if options.inner and options.dask_scheduler:
+        raise UsageError("--dask-scheduler and an inner distributor cannot be used together")
     if not options.cache_dir:
         options.cache_dir = default_cache_dir(environ)
     if options.quiet:

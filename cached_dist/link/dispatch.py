@@ -69,7 +69,7 @@ def dispatch(
             raise
         reported = {r.job.index for r in failed}
         failed += [Result(j, 0.0, str(e)) for j in jobs if j.index not in reported]
-    if failed and options.inner and not options.no_fallback:
+    if failed and (options.inner or options.dask_scheduler) and not options.no_fallback:
         log.warn(f"{failed[0].failure}; compiling {len(failed)} of {len(jobs)} jobs locally")
         retry = [r.job for r in failed]
         failed = []

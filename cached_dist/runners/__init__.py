@@ -66,6 +66,7 @@ class Failure:
 RUNNERS = {
     "local": "cached_dist.runners.local:LocalRunner",
     "wrapped": "cached_dist.runners.wrapped:WrappedRunner",
+    "dask": "cached_dist.runners.dask:DaskRunner",
 }
 
 
@@ -74,7 +75,7 @@ def make_runner(options: Options, log: Log, kind: str | None = None) -> Runner:
     from importlib import import_module
 
     if kind is None:
-        kind = "wrapped" if options.inner else "local"
+        kind = "wrapped" if options.inner else "dask" if options.dask_scheduler else "local"
     module, _, cls = RUNNERS[kind].partition(":")
     runner: Runner = getattr(import_module(module), cls).from_options(options, log)
     return runner
