@@ -115,68 +115,58 @@ class DaskRunner:
         self.log.detail(f"Dask: sending {len(shipment.contents)} distinct inputs, "
                         f"{shipment.shipped_bytes} bytes (the jobs name {shipment.input_bytes} "
                         f"bytes of inputs in all), for {len(shipment.specs)} jobs")  # fmt: skip
-        pending: dict[str, Job] = {}
+        batch = _Batch(client, shipment, by_index)
         try:
-            futures = self._submit(client, shipment, by_index, pending)
-            self._collect(client, futures, pending, report, started)
+            batch.submit_all()
+            self._collect(batch, report, started)
         except Exception as e:  # the cluster went away mid-link: compile the rest here
             if self.debug:
                 raise
-            for job in pending.values():
+            for job in batch.pending.values():
                 report(Result(job, 0.0, f"Dask failed: {_reason(e)}"))
-            pending.clear()
+            batch.pending.clear()
         finally:
-            if pending:  # interrupted: the cluster must not keep compiling for nobody
+            if batch.pending:  # interrupted: the cluster must not keep compiling for nobody
                 with contextlib.suppress(Exception):
-                    client.cancel(list(pending))
+                    client.cancel(list(batch.pending))
 
-    def _submit(
-        self, client: Client, shipment: Shipment, by_index: dict[int, Job],
-        pending: dict[str, Job],
-    ) -> list[Future[Any]]:  # fmt: skip
-        inputs = client.scatter(shipment.contents, hash=False)
-        token = uuid.uuid4().hex[:12]
-        futures = []
-        for index, (spec, keys) in shipment.specs.items():
-            job = by_index[index]
-            key = f"cached-dist-backend-{token}-{index}"
-            size = sum(len(shipment.contents[k]) for k in keys[:1])  # the module: big ones first
-            future = client.submit(compile_job, spec, *(inputs[k] for k in keys), key=key,
-                                   pure=False, priority=size)  # fmt: skip
-            pending[key] = job
-            futures.append(future)
-        return futures
-
-    def _collect(
-        self, client: Client, futures: list[Future[Any]], pending: dict[str, Job], report: Report,
-        started: float,
-    ) -> None:  # fmt: skip
+    def _collect(self, batch: _Batch, report: Report, started: float) -> None:
         from distributed import as_completed
 
         deadline = started + self.timeout
+        remaining = max(0.0, deadline - time.monotonic())
+        waiting = as_completed(batch.futures, loop=batch.client.loop, timeout=remaining)
         try:
-            remaining = max(0.0, deadline - time.monotonic())
-            for future in as_completed(futures, loop=client.loop, timeout=remaining):
-                job = pending.pop(str(future.key))
+            for future in waiting:
+                job = batch.pending.pop(str(future.key))
+                if future.status not in ("finished", "error") and job.index not in batch.again:
+                    # Lost, e.g. with the inputs a killed worker held: send it once more.
+                    self.log.detail(f"Dask task for {job.module} {future.status}; sending "
+                                    "it again")  # fmt: skip
+                    waiting.add(batch.submit(job, again=True))
+                    continue
                 try:
                     result = self._finish(future, job, deadline)
                 except Exception as e:  # its outputs could not be fetched or written
                     result = Result(job, 0.0, f"Dask task finished, but {_reason(e)}")
                 report(result)
         except TimeoutError:
-            for job in pending.values():
+            for job in batch.pending.values():
                 report(Result(job, 0.0, f"not finished on Dask within --dask-timeout "
                                         f"{self.timeout:g} s"))  # fmt: skip
-            client.cancel(list(pending))
-            pending.clear()
+            batch.client.cancel(list(batch.pending))
+            batch.pending.clear()
 
     def _finish(self, future: Future[Any], job: Job, deadline: float) -> Result:
         if future.status != "finished":
-            try:
-                error = future.exception(timeout=CONNECT_TIMEOUT)
-            except Exception as e:
-                error = e
-            return Result(job, 0.0, f"Dask task failed: {_reason(error)}")
+            error: BaseException | None = None
+            if future.status == "error":
+                try:
+                    error = future.exception(timeout=CONNECT_TIMEOUT)
+                except Exception as e:
+                    error = e
+            reason = _reason(error) if error is not None else future.status
+            return Result(job, 0.0, f"Dask task failed: {reason}")
         done: dict[str, Any] = future.result(timeout=max(1.0, deadline - time.monotonic()))
         self.log.passthrough(os.path.basename(job.module), done["text"])
         if done["failure"] is not None:
@@ -184,6 +174,42 @@ class DaskRunner:
         for path, data in zip(job.outputs, done["outputs"], strict=True):
             _write(path, data)
         return Result(job, done["seconds"], by=f"on Dask worker {done['where']}")
+
+
+class _Batch:
+    """One batch on the cluster: its inputs scattered once, a task per job."""
+
+    def __init__(self, client: Client, shipment: Shipment, by_index: dict[int, Job]) -> None:
+        self.client = client
+        self.shipment = shipment
+        self.by_index = by_index
+        self.token = uuid.uuid4().hex[:12]
+        self.inputs: dict[str, Future[Any]] = {}  # content key -> scattered data
+        self.pending: dict[str, Job] = {}  # task key -> job
+        self.futures: list[Future[Any]] = []
+        self.again: set[int] = set()  # jobs sent a second time
+
+    def submit_all(self) -> None:
+        self.inputs = self.client.scatter(self.shipment.contents, hash=False)
+        for index in self.shipment.specs:
+            self.futures.append(self.submit(self.by_index[index]))
+
+    def submit(self, job: Job, again: bool = False) -> Future[Any]:
+        spec, keys = self.shipment.specs[job.index]
+        inputs = self.inputs
+        if again:  # scatter its inputs anew: the first copies may have died with a worker
+            self.again.add(job.index)
+            contents = self.shipment.contents
+            inputs = self.client.scatter({f"{k}-{self.token}-{job.index}": contents[k]
+                                          for k in keys}, hash=False)  # fmt: skip
+            inputs = {k: inputs[f"{k}-{self.token}-{job.index}"] for k in keys}
+        key = f"cached-dist-backend-{self.token}-{job.index}" + ("-again" if again else "")
+        size = len(self.shipment.contents[keys[0]]) if keys else 0  # big modules first
+        future: Future[Any] = self.client.submit(
+            compile_job, spec, *(inputs[k] for k in keys), key=key, pure=False, priority=size
+        )
+        self.pending[key] = job
+        return future
 
 
 def _identities(job_file: JobFile, jobs: Sequence[Job]) -> dict[str, str]:
