@@ -217,3 +217,35 @@ def test_a_worker_killed_mid_job_is_replaced_and_the_link_completes(site: Site) 
     assert again, runs(compiler)  # the killed job ran again
     assert project.run_program() == project.expected_output
     site.cluster.await_workers(2)  # the nanny restarted the killed worker
+
+
+def test_a_scheduler_without_workers_and_one_that_dies_mid_link(tmp_path: Path) -> None:
+    project = build("calc", tmp_path / "p")
+    compiler = wrapper(tmp_path, "clang-doomed", remote_only="sleep 4")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    with cluster(logs, 0, hide=[project.dir]) as c:
+        args = [f"--dask-scheduler={c.address}", "--disable"]
+        done = project.link(remote_compiler=compiler, distributor_args=args)
+        assert done.returncode == 0, done.stderr
+        assert (f"warning: the Dask scheduler at {c.address} cannot run jobs (it has no "
+                "workers); compiling 5 of 5 jobs locally") in done.stderr  # fmt: skip
+        c.start_worker("w1", hide=[project.dir])
+        c.await_workers(1)
+        import subprocess
+
+        started = time.monotonic()
+        link = subprocess.Popen(project.link_command("app2", remote_compiler=compiler,
+                                                     distributor_args=args),
+                                cwd=project.dir, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        deadline = time.monotonic() + 60
+        while not any(r[0] == "w1" for r in runs(compiler)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        c.stop("scheduler", signal.SIGKILL)
+        _, err = link.communicate(timeout=120)
+    assert link.returncode == 0, err
+    assert time.monotonic() - started < 60
+    warnings = [x for x in err.splitlines() if "warning" in x]
+    assert len(warnings) == 1 and "compiling 5 of 5 jobs locally" in warnings[0], err
+    assert all(x.startswith("cached-dist: ") for x in err.splitlines()), err  # Dask's quiet
+    assert project.run_program("app2") == project.expected_output

@@ -64,8 +64,17 @@ class DaskRunner:
             for job in jobs:
                 report(Result(job, 0.0, why))
             return
+        reported: set[int] = set()
+
+        def report_once(result: Result) -> None:
+            reported.add(result.job.index)
+            report(result)
+
         try:
-            self._run(client, job_file, jobs, report, started)
+            self._run(client, job_file, jobs, report_once, started)
+            for job in jobs:  # belt and braces: every job is reported, whatever happened
+                if job.index not in reported:
+                    report(Result(job, 0.0, "the Dask runner lost track of it"))
         finally:
             with contextlib.suppress(Exception):
                 client.close(timeout=CONNECT_TIMEOUT)
@@ -79,7 +88,9 @@ class DaskRunner:
         from distributed import Client
 
         if not self.debug:  # its own reports of connection trouble would repeat ours
-            logging.getLogger("distributed").setLevel(logging.CRITICAL)
+            for name in ["distributed", *logging.root.manager.loggerDict]:
+                if name.startswith("distributed"):
+                    logging.getLogger(name).setLevel(logging.CRITICAL)
         dask.config.set({"distributed.comm.timeouts.connect": f"{CONNECT_TIMEOUT}s"})
         try:
             client = Client(self.address, timeout=CONNECT_TIMEOUT, set_as_default=False)
@@ -138,13 +149,16 @@ class DaskRunner:
         waiting = as_completed(batch.futures, loop=batch.client.loop, timeout=remaining)
         try:
             for future in waiting:
-                job = batch.pending.pop(str(future.key))
+                key = str(future.key)
+                job = batch.pending[key]
                 if future.status not in ("finished", "error") and job.index not in batch.again:
                     # Lost, e.g. with the inputs a killed worker held: send it once more.
                     self.log.detail(f"Dask task for {job.module} {future.status}; sending "
                                     "it again")  # fmt: skip
-                    waiting.add(batch.submit(job, again=True))
+                    waiting.add(batch.submit(job, again=True))  # pending under its new key
+                    del batch.pending[key]
                     continue
+                del batch.pending[key]
                 try:
                     result = self._finish(future, job, deadline)
                 except Exception as e:  # its outputs could not be fetched or written
