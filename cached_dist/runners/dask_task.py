@@ -46,7 +46,15 @@ _MEMO = ProcessMemo()
 
 
 def where() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
+    """This worker as the dashboard names it (name and address), else host:pid."""
+    try:
+        from distributed import get_worker  # loaded already: this runs inside a worker
+
+        worker = get_worker()
+    except (ImportError, ValueError):
+        return f"{socket.gethostname()}:{os.getpid()}"
+    name = str(worker.name)
+    return worker.address if name == worker.address else f"{name} at {worker.address}"
 
 
 def _inside(root: str, relative: str) -> str:
