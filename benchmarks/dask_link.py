@@ -2,7 +2,7 @@
 
     python -m benchmarks.dask_link [--rounds N]
 
-Both compile every backend job (``--disable``) two at a time: the local runner with
+Both compile every backend job (each link gets a fresh cache) two at a time: the local runner with
 ``--jobs=2``, the Dask runner on a scheduler and two single-threaded workers on 127.0.0.1
 (as root, in a mount namespace that hides the build, so every input is really shipped).
 Rounds alternate the order. On one machine Dask cannot be faster: the workers share the same
@@ -28,7 +28,10 @@ from .sources import WORK, machine
 from .timing import interleave, timed
 
 RESULTS = Path(__file__).parent / "results"
-_SENT = re.compile(r"sending (\d+) distinct inputs, (\d+) bytes \(the jobs name (\d+) bytes")
+_SENT = re.compile(
+    r"sending (\d+) distinct inputs, (\d+) bytes \(the jobs name (\d+) bytes of inputs in all\), "
+    r"for (\d+) jobs"
+)
 _JOB = re.compile(r"compiled on Dask worker .*, ([0-9.]+) s$")
 
 
@@ -44,27 +47,35 @@ def main(argv: list[str] | None = None) -> int:
     src = lua.build(WORK / "lua-dask")
     hide = [src.parent] if os.geteuid() == 0 else []
     with tempfile.TemporaryDirectory() as logs, cluster(Path(logs), 2, hide=hide) as c:
-        local = [f"-fthinlto-distributor={cached_dist()}",
-                 "-Xthinlto-distributor=--disable,--quiet,--jobs=2"]  # fmt: skip
         scheduler = f"--dask-scheduler={c.address}"
-        dask = [f"-fthinlto-distributor={cached_dist()}",
-                f"-Xthinlto-distributor=--disable,--quiet,{scheduler}"]  # fmt: skip
+        links = iter(range(10**6))
+
+        def link(out: str, *more: str) -> float:
+            """A cold link: a fresh, empty cache (keys computed, every job stored)."""
+            cache = f"--cache-dir={logs}/cache-{next(links)}"
+            options = ",".join(["--quiet", cache, *more])
+            extra = [f"-fthinlto-distributor={cached_dist()}", f"-Xthinlto-distributor={options}"]
+            return timed(lua.link_command(out, extra), src)
+
         configs = {
-            "local runner (--jobs=2)": lambda: timed(lua.link_command("lua-local", local), src),
-            "Dask runner (2 workers)": lambda: timed(lua.link_command("lua-dask", dask), src),
+            "local runner (--jobs=2)": lambda: link("lua-local", "--jobs=2"),
+            "Dask runner (2 workers)": lambda: link("lua-dask", scheduler),
         }
         results = interleave(configs, args.rounds, lambda m: print(m, file=sys.stderr))
-        verbose = [a.replace("--quiet", "--verbose") for a in dask]
+        print({name: m.times for name, m in results.items()}, file=sys.stderr)
+        verbose = [
+            f"-fthinlto-distributor={cached_dist()}",
+            f"-Xthinlto-distributor=--verbose,--cache-dir={logs}/cache-v,{scheduler}",
+        ]
         done = subprocess.run(lua.link_command("lua-dask", verbose), cwd=src,
                               capture_output=True, text=True, check=True)  # fmt: skip
     sent = _SENT.search(done.stderr)
     assert sent is not None, done.stderr
-    distinct, shipped, named = (int(g) for g in sent.groups())
+    distinct, shipped, named, jobs = (int(g) for g in sent.groups())
     compiles = [float(m.group(1)) for m in map(_JOB.search, done.stderr.splitlines()) if m]
     same = (src / "lua-local").read_bytes() == (src / "lua-dask").read_bytes()
     base = results["local runner (--jobs=2)"].median
     ours = results["Dask runner (2 workers)"].median
-    jobs = len(compiles)
     report = {
         "benchmark": "dask_link",
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),

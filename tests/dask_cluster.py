@@ -36,7 +36,11 @@ def free_port() -> int:
 
 
 class Cluster:
-    """A scheduler and its workers; every process is a group leader, stopped as a group."""
+    """A scheduler and its workers; every process is a group leader, stopped as a group.
+
+    Not a session leader: with the kernel's autogroup scheduling each session gets a fair
+    share of the CPUs, so workers in sessions of their own would outrun a local link on a
+    busy machine and make a benchmark meaningless."""
 
     def __init__(self, logs: Path) -> None:
         self.logs = logs
@@ -48,7 +52,7 @@ class Cluster:
         log = open(self.logs / f"{name}.log", "wb")  # noqa: SIM115 - the process owns it
         self.processes[name] = subprocess.Popen(
             list(argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True, env={**os.environ, **(env or {})},
+            process_group=0, env={**os.environ, **(env or {})},
         )  # fmt: skip
         log.close()
 

@@ -107,7 +107,7 @@ def test_every_miss_compiles_on_a_worker_that_cannot_see_the_build(
     assert jobs >= 4 and {r[0] for r in remote} <= {"w1", "w2"}, remote
     assert all("/cached-dist-sandbox." in r[3] for r in remote), remote  # cwd: a sandbox
     assert first.stderr.count("compiled on Dask worker") == jobs, first.stderr
-    assert f"{jobs} jobs: 0 hits, {jobs} compiled," in first.stderr
+    assert f"{jobs} jobs: 0 hits, {jobs} compiled ({jobs} remotely)," in first.stderr
     assert project.run_program() == project.expected_output
     assert (project.dir / "app").read_bytes() == (project.dir / "plain").read_bytes()
 
@@ -159,7 +159,7 @@ def test_a_job_failing_on_the_worker_falls_back_to_a_local_compile(site: Site) -
     assert done.returncode == 0, done.stderr
     assert "warning: exit status 3 on worker " in done.stderr
     assert "no room; compiling 1 of 5 jobs locally" in done.stderr
-    assert "5 jobs: 0 hits, 4 compiled, 1 fallback" in done.stderr
+    assert "5 jobs: 0 hits, 4 compiled (4 remotely), 1 fallback" in done.stderr
     assert project.run_program() == project.expected_output
 
 

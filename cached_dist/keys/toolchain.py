@@ -83,17 +83,27 @@ def _hash_file(h: xxhash.xxh3_128, path: str) -> None:
             h.update(m)
 
 
+# The same facts for this process, so a runner that needs the identity again after the keys
+# (the Dask runner) pays only the stat calls.
+_PROCESS: dict[tuple[str, str], str] = {}
+
+
 def identity(compiler: str, memo: Memo) -> str:
     """A digest naming the exact compiler that will run; raises OSError if it is missing."""
     executable = os.path.realpath(resolve_program(compiler))
     exe_key = _stat_key(executable)
-    libs_text = memo.memo_get("toolchain-libs", exe_key)
+    libs_text = _PROCESS.get(("toolchain-libs", exe_key))
+    if libs_text is None:
+        libs_text = memo.memo_get("toolchain-libs", exe_key)
     if libs_text is None:
         libs_text = json.dumps(toolchain_libraries(executable))
         memo.memo_put("toolchain-libs", exe_key, libs_text)
+    _PROCESS["toolchain-libs", exe_key] = libs_text
     files = [executable, *json.loads(libs_text)]
     full_key = "|".join(_stat_key(f) for f in files)
-    found = memo.memo_get("toolchain", full_key)
+    found = _PROCESS.get(("toolchain", full_key))
+    if found is None:
+        found = memo.memo_get("toolchain", full_key)
     if found is None:
         h = xxhash.xxh3_128()
         for path in files:
@@ -101,4 +111,5 @@ def identity(compiler: str, memo: Memo) -> str:
             _hash_file(h, path)
         found = h.hexdigest()
         memo.memo_put("toolchain", full_key, found)
+    _PROCESS["toolchain", full_key] = found
     return found

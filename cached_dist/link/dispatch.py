@@ -107,6 +107,14 @@ def raise_failures(failures: list[Failure]) -> None:
 
 def run_plain(job_file: JobFile, options: Options, log: Log) -> Summary:
     """Every job through the runner, no cache: --disable, or a cache that cannot be used."""
-    outcome = dispatch(job_file, job_file.jobs, options, log)
+    remote = []
+
+    def count(result: Result) -> None:
+        if result.remote:
+            remote.append(result)
+
+    outcome = dispatch(job_file, job_file.jobs, options, log, count)
     raise_failures(outcome.failures)
-    return Summary(len(job_file.jobs), 0, outcome.compiled, outcome.fallback)
+    summary = Summary(len(job_file.jobs), 0, outcome.compiled, outcome.fallback)
+    summary.remote = len(remote)
+    return summary

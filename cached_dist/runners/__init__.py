@@ -39,13 +39,17 @@ if TYPE_CHECKING:
 class Result:
     """How one job ended: ``failure`` is None when every output was written."""
 
-    __slots__ = ("by", "failure", "job", "seconds")
+    __slots__ = ("by", "failure", "job", "remote", "seconds")
 
-    def __init__(self, job: Job, seconds: float, failure: str | None = None, by: str = "") -> None:
+    def __init__(
+        self, job: Job, seconds: float, failure: str | None = None, by: str = "",
+        remote: bool = False,
+    ) -> None:  # fmt: skip
         self.job = job
         self.seconds = seconds
         self.failure = failure  # e.g. "exit status 1: <last lines of stderr>"
         self.by = by  # who compiled it: "here", "by the inner distributor", "on a worker", ...
+        self.remote = remote  # compiled on another machine (counted apart in the summary)
 
     @property
     def ok(self) -> bool:

@@ -26,7 +26,7 @@ from ..keys import toolchain
 from ..log import Log
 from ..options import Options
 from . import Result
-from .dask_task import ProcessMemo, compile_job
+from .dask_task import compile_job
 from .shipment import Shipment, plan
 
 TYPE_CHECKING = False
@@ -38,7 +38,6 @@ if TYPE_CHECKING:
     from . import Report
 
 CONNECT_TIMEOUT = 2.0  # seconds; a scheduler that does not answer by then is down
-_MEMO = ProcessMemo()
 _unreachable: dict[str, str] = {}  # address -> why: tried once per process, warned once
 
 
@@ -187,7 +186,7 @@ class DaskRunner:
             return Result(job, done["seconds"], done["failure"])
         for path, data in zip(job.outputs, done["outputs"], strict=True):
             _write(path, data)
-        return Result(job, done["seconds"], by=f"on Dask worker {done['where']}")
+        return Result(job, done["seconds"], by=f"on Dask worker {done['where']}", remote=True)
 
 
 class _Batch:
@@ -232,8 +231,8 @@ def _identities(job_file: JobFile, jobs: Sequence[Job]) -> dict[str, str]:
     found: dict[str, str] = {}
     for compiler in {job_file.command(job)[0] for job in jobs}:
         if compiler:
-            with contextlib.suppress(OSError):
-                found[compiler] = toolchain.identity(compiler, _MEMO)
+            with contextlib.suppress(OSError):  # the keys' call made this one cheap
+                found[compiler] = toolchain.identity(compiler, toolchain.NoMemo())
     return found
 
 

@@ -28,23 +28,6 @@ if TYPE_CHECKING:
 _TAIL_LINES = 3
 
 
-class ProcessMemo:
-    """Toolchain identities for this worker process, keyed by the files' stat data (so an
-    upgraded compiler is hashed again), so each is hashed once, not once per job."""
-
-    def __init__(self) -> None:
-        self.values: dict[tuple[str, str], str] = {}
-
-    def memo_get(self, namespace: str, key: str) -> str | None:
-        return self.values.get((namespace, key))
-
-    def memo_put(self, namespace: str, key: str, value: str) -> None:
-        self.values[(namespace, key)] = value
-
-
-_MEMO = ProcessMemo()
-
-
 def where() -> str:
     """This worker as the dashboard names it (name and address), else host:pid."""
     try:
@@ -75,7 +58,7 @@ def compile_job(spec: dict[str, Any], *contents: bytes) -> dict[str, Any]:
     result: dict[str, Any] = {"failure": None, "outputs": [], "text": "", "seconds": 0.0,
                               "where": where()}  # fmt: skip
     try:
-        mine = toolchain.identity(spec["compiler"], _MEMO)
+        mine = toolchain.identity(spec["compiler"], toolchain.NoMemo())  # once per process
     except OSError as e:
         result["failure"] = f"worker {where()} has no compiler {spec['compiler']}: {e.strerror}"
         return result
