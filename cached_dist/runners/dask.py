@@ -125,7 +125,7 @@ class DaskRunner:
         self.log.detail(f"Dask: sending {len(shipment.contents)} distinct inputs, "
                         f"{shipment.shipped_bytes} bytes (the jobs name {shipment.input_bytes} "
                         f"bytes of inputs in all), for {len(shipment.specs)} jobs")  # fmt: skip
-        batch = _Batch(client, shipment, by_index)
+        batch = _Batch(client, shipment, by_index, self.timeout)
         try:
             batch.submit_all()
             self._collect(batch, report, started)
@@ -192,8 +192,11 @@ class DaskRunner:
 class _Batch:
     """One batch on the cluster: its inputs scattered once, a task per job."""
 
-    def __init__(self, client: Client, shipment: Shipment, by_index: dict[int, Job]) -> None:
+    def __init__(
+        self, client: Client, shipment: Shipment, by_index: dict[int, Job], bound: float
+    ) -> None:
         self.client = client
+        self.bound = bound  # seconds a scatter may take (the whole batch's bound)
         self.shipment = shipment
         self.by_index = by_index
         self.token = uuid.uuid4().hex[:12]
@@ -203,7 +206,7 @@ class _Batch:
         self.again: set[int] = set()  # jobs sent a second time
 
     def submit_all(self) -> None:
-        self.inputs = self.client.scatter(self.shipment.contents, hash=False)
+        self.inputs = self.client.scatter(self.shipment.contents, hash=False, timeout=self.bound)
         for index in self.shipment.specs:
             self.futures.append(self.submit(self.by_index[index]))
 
@@ -213,9 +216,9 @@ class _Batch:
         if again:  # scatter its inputs anew: the first copies may have died with a worker
             self.again.add(job.index)
             contents = self.shipment.contents
-            inputs = self.client.scatter({f"{k}-{self.token}-{job.index}": contents[k]
-                                          for k in keys}, hash=False)  # fmt: skip
-            inputs = {k: inputs[f"{k}-{self.token}-{job.index}"] for k in keys}
+            fresh = {f"{k}-{self.token}-{job.index}": contents[k] for k in keys}
+            sent = self.client.scatter(fresh, hash=False, timeout=self.bound)
+            inputs = {k: sent[f"{k}-{self.token}-{job.index}"] for k in keys}
         key = f"cached-dist-backend-{self.token}-{job.index}" + ("-again" if again else "")
         size = len(self.shipment.contents[keys[0]]) if keys else 0  # big modules first
         future: Future[Any] = self.client.submit(
