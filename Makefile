@@ -1,15 +1,19 @@
 # Two entry points, both doing all set-up on a fresh machine:
 #   make demo   a ThinLTO link through cached-dist with the default cache and runner
+#   make demo-dask  the same link compiled on a local Dask cluster (scheduler, workers)
 #   make test   ruff, mypy --strict and the pytest suite (what .ci/run runs)
 export PATH := $(CURDIR)/.venv/bin:/usr/lib/llvm-22/bin:$(PATH)
 
-.PHONY: setup demo test lint bench
+.PHONY: setup demo demo-dask test lint bench
 
 setup:
 	scripts/setup
 
 demo: setup
 	scripts/demo
+
+demo-dask: setup
+	scripts/demo-dask
 
 lint: setup
 	ruff check .

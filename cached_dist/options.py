@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
 SUBCOMMANDS = ("stats", "clear", "trim", "verify", "flags")
 DEFAULT_MAX_SIZE = 5 * 2**30
+DEFAULT_DASK_TIMEOUT = 900.0
 
 
 def default_jobs() -> int:
@@ -76,6 +77,22 @@ def _fraction(text: str) -> float:
     if not 0.0 <= value <= 1.0:
         raise ValueError(f"must be between 0 and 1, got {text}")
     return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"not a number of seconds: {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise ValueError(f"must be a positive number of seconds, got {text}")
+    return value
+
+
+def _address(text: str) -> str:
+    if not text.strip():
+        raise ValueError("empty address (example: tcp://build-scheduler:8786)")
+    return text.strip()
 
 
 def _path(text: str) -> str:
@@ -153,7 +170,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("quiet", "no summary line; warnings and errors still print", short="-q"),
     OptionSpec("progress", "show progress even when stderr is not a terminal (occasional lines)"),
     OptionSpec("debug", "show Python tracebacks for errors"),
-    OptionSpec("no-fallback", "do not compile locally what the inner distributor failed to do"),
+    OptionSpec("no-fallback", "do not compile locally what the inner distributor (or Dask) "
+               "failed to do"),
     OptionSpec("cache-dir", "cache directory (default: $XDG_CACHE_HOME/cached-dist)", _path, "DIR"),
     OptionSpec("max-size", "cache size limit, e.g. 500M, 5G, 5Gi (default: 5Gi)", parse_size,
                "SIZE"),
@@ -165,6 +183,11 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("compiler-check", "how the compiler is identified: content (default), mtime, "
                "string:VALUE, or a command such as '%compiler% --version'", _compiler_check,
                "CHECK"),
+    # The Dask runner (cached_dist/runners/dask.py)
+    OptionSpec("dask-scheduler", "compile misses on the Dask cluster at ADDRESS, e.g. "
+               "tcp://host:8786 (needs cached-dist[dask])", _address, "ADDRESS"),
+    OptionSpec("dask-timeout", "longest wait for a link's jobs on Dask; the rest compile here "
+               "(default: 900)", _seconds, "SECONDS"),
     OptionSpec("config", "TOML config file (default: $XDG_CONFIG_HOME/cached-dist/config.toml)",
                _path, "FILE"),
 )  # fmt: skip
@@ -191,6 +214,8 @@ class Options:
         verify_hits: float = 0.0,
         compiler_check: str = "content",
         config: str = "",
+        dask_scheduler: str = "",  # "": no Dask runner
+        dask_timeout: float = DEFAULT_DASK_TIMEOUT,
         inner: tuple[str, ...] = (),  # the wrapped distributor's command; () = local runner
     ) -> None:
         self.jobs = default_jobs() if jobs is None else jobs
@@ -206,6 +231,8 @@ class Options:
         self.verify_hits = verify_hits
         self.compiler_check = compiler_check
         self.config = config
+        self.dask_scheduler = dask_scheduler
+        self.dask_timeout = dask_timeout
         self.inner = inner
 
 
@@ -317,6 +344,8 @@ def resolve(flags: Sequence[str], inner: Sequence[str], environ: Mapping[str, st
     if inner:
         merged["inner"] = tuple(inner)
     options = Options(**merged)
+    if options.inner and options.dask_scheduler:
+        raise UsageError("--dask-scheduler and an inner distributor cannot be used together")
     if not options.cache_dir:
         options.cache_dir = default_cache_dir(environ)
     if options.quiet:

@@ -91,6 +91,11 @@ def _hash_file(h: xxhash.xxh3_128, path: str) -> None:
             h.update(m)
 
 
+# The same facts for this process, so a runner that needs the identity again after the keys
+# (the Dask runner) pays only the stat calls.
+_PROCESS: dict[tuple[str, str], str] = {}
+
+
 class CompilerCheckError(Exception):
     """The --compiler-check command failed; the message says how."""
 
@@ -104,16 +109,21 @@ def identity(compiler: str, memo: Memo, check: str = "content") -> str:
     if check not in ("content", "mtime"):
         return "command:" + _command_identity(check, compiler, executable, memo)
     exe_key = _stat_key(executable)
-    libs_text = memo.memo_get("toolchain-libs", exe_key)
+    libs_text = _PROCESS.get(("toolchain-libs", exe_key))
+    if libs_text is None:
+        libs_text = memo.memo_get("toolchain-libs", exe_key)
     if libs_text is None:
         libs_text = json.dumps(toolchain_libraries(executable))
         memo.memo_put("toolchain-libs", exe_key, libs_text)
+    _PROCESS["toolchain-libs", exe_key] = libs_text
     files = [executable, *json.loads(libs_text)]
     if check == "mtime":
         text = "|".join(f"{f}:{os.stat(f).st_size}:{os.stat(f).st_mtime_ns}" for f in files)
         return "mtime:" + xxhash.xxh3_128_hexdigest(text.encode("utf-8", "surrogateescape"))
     full_key = "|".join(_stat_key(f) for f in files)
-    found = memo.memo_get("toolchain", full_key)
+    found = _PROCESS.get(("toolchain", full_key))
+    if found is None:
+        found = memo.memo_get("toolchain", full_key)
     if found is None:
         h = xxhash.xxh3_128()
         for path in files:
@@ -121,6 +131,7 @@ def identity(compiler: str, memo: Memo, check: str = "content") -> str:
             _hash_file(h, path)
         found = h.hexdigest()
         memo.memo_put("toolchain", full_key, found)
+    _PROCESS["toolchain", full_key] = found
     return found
 
 

@@ -133,6 +133,7 @@ class CachedLink:
             if claim is not None:
                 claim.release()
             self.summary.compiled += 1
+            self.summary.remote += result.remote
             self.progress.update()
 
         try:

@@ -84,7 +84,7 @@ def _run_with_fallback(
             raise
         reported = {r.job.index for r in failed}
         failed += [Result(j, 0.0, str(e)) for j in jobs if j.index not in reported]
-    if failed and options.inner and not options.no_fallback:
+    if failed and (options.inner or options.dask_scheduler) and not options.no_fallback:
         log.warn(f"{failed[0].failure}; compiling {len(failed)} of {len(jobs)} jobs locally")
         retry = [r.job for r in failed]
         failed = []
@@ -121,6 +121,14 @@ def raise_failures(failures: list[Failure]) -> None:
 
 def run_plain(job_file: JobFile, options: Options, log: Log) -> Summary:
     """Every job through the runner, no cache: --disable, or a cache that cannot be used."""
-    outcome = dispatch(job_file, job_file.jobs, options, log)
+    remote = []
+
+    def count(result: Result) -> None:
+        if result.remote:
+            remote.append(result)
+
+    outcome = dispatch(job_file, job_file.jobs, options, log, count)
     raise_failures(outcome.failures)
-    return Summary(len(job_file.jobs), 0, outcome.compiled, outcome.fallback)
+    summary = Summary(len(job_file.jobs), 0, outcome.compiled, outcome.fallback)
+    summary.remote = len(remote)
+    return summary

@@ -16,8 +16,8 @@ _PLAIN_EVERY = 5.0  # at most this often as plain lines (--progress on a pipe)
 class Summary:
     """Counts by kind of work; ``line`` names only the kinds that happened."""
 
-    __slots__ = ("compiled", "fallback", "hits", "jobs", "mismatches", "verified", "wait_seconds",
-                 "waited")  # fmt: skip
+    __slots__ = ("compiled", "fallback", "hits", "jobs", "mismatches", "remote", "verified",
+                 "wait_seconds", "waited")  # fmt: skip
 
     def __init__(self, jobs: int, hits: int = 0, compiled: int = 0, fallback: int = 0) -> None:
         self.jobs = jobs
@@ -26,6 +26,7 @@ class Summary:
         self.wait_seconds = 0.0
         self.compiled = compiled  # including those compiled locally after the runner failed
         self.fallback = fallback
+        self.remote = 0  # of those compiled, how many on other machines (Dask workers)
         self.verified = 0  # hits recompiled by --verify-hits
         self.mismatches = 0
 
@@ -33,7 +34,10 @@ class Summary:
         hits = f"{self.hits} hits"
         if self.waited:
             hits += f" ({self.waited} after waiting {self.wait_seconds:.1f} s for other links)"
-        parts = [f"{self.jobs} jobs: {hits}", f"{self.compiled - self.fallback} compiled"]
+        compiled = f"{self.compiled - self.fallback} compiled"
+        if self.remote:
+            compiled += f" ({self.remote} remotely)"
+        parts = [f"{self.jobs} jobs: {hits}", compiled]
         if self.fallback:
             parts.append(f"{self.fallback} fallback")
         if self.verified:
@@ -66,7 +70,8 @@ class Progress:
         self.last = now
         s = self.summary
         done = s.hits + s.compiled
-        text = (f"{done}/{s.jobs} jobs done ({s.hits} hits, {s.compiled} compiled), "
+        remote = f", {s.remote} remotely" if s.remote else ""
+        text = (f"{done}/{s.jobs} jobs done ({s.hits} hits, {s.compiled} compiled{remote}), "
                 f"{now - self.started:.0f} s")  # fmt: skip
         if self.terminal:
             self.log.status(text)

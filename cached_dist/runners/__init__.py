@@ -39,16 +39,18 @@ if TYPE_CHECKING:
 class Result:
     """How one job ended: ``failure`` is None when every output was written."""
 
-    __slots__ = ("by", "failure", "job", "output", "seconds")
+    __slots__ = ("by", "failure", "job", "output", "remote", "seconds")
 
     def __init__(
-        self, job: Job, seconds: float, failure: str | None = None, by: str = "", output: str = ""
-    ) -> None:
+        self, job: Job, seconds: float, failure: str | None = None, by: str = "",
+        output: str = "", remote: bool = False,
+    ) -> None:  # fmt: skip
         self.job = job
         self.seconds = seconds
         self.failure = failure  # e.g. "exit status 1: <last lines of stderr>"
         self.by = by  # who compiled it: "here", "by the inner distributor", "on a worker", ...
         self.output = output  # what the compiler printed (already relayed), when known
+        self.remote = remote  # compiled on another machine (counted apart in the summary)
 
     @property
     def ok(self) -> bool:
@@ -69,6 +71,7 @@ class Failure:
 RUNNERS = {
     "local": "cached_dist.runners.local:LocalRunner",
     "wrapped": "cached_dist.runners.wrapped:WrappedRunner",
+    "dask": "cached_dist.runners.dask:DaskRunner",
 }
 
 
@@ -77,7 +80,7 @@ def make_runner(options: Options, log: Log, kind: str | None = None) -> Runner:
     from importlib import import_module
 
     if kind is None:
-        kind = "wrapped" if options.inner else "local"
+        kind = "wrapped" if options.inner else "dask" if options.dask_scheduler else "local"
     module, _, cls = RUNNERS[kind].partition(":")
     runner: Runner = getattr(import_module(module), cls).from_options(options, log)
     return runner

@@ -1,0 +1,105 @@
+"""Cold link of lua: the Dask runner with 2 local workers against the local runner.
+
+    python -m benchmarks.dask_link [--rounds N]
+
+Both compile every backend job (each link gets a fresh cache) two at a time: the local runner with
+``--jobs=2``, the Dask runner on a scheduler and two single-threaded workers on 127.0.0.1
+(as root, in a mount namespace that hides the build, so every input is really shipped).
+Rounds alternate the order. On one machine Dask cannot be faster: the workers share the same
+cores, and shipping, scheduling and the sandboxes are pure overhead; the figure is that
+overhead. One more verbose Dask link gives the bytes sent against the bytes the jobs name.
+Results: results/dask_link.json.
+"""
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from tests.dask_cluster import cluster
+
+from . import lua
+from .sources import WORK, machine
+from .timing import interleave, timed
+
+RESULTS = Path(__file__).parent / "results"
+_SENT = re.compile(
+    r"sending (\d+) distinct inputs, (\d+) bytes \(the jobs name (\d+) bytes of inputs in all\), "
+    r"for (\d+) jobs"
+)
+_JOB = re.compile(r"compiled on Dask worker .*, ([0-9.]+) s$")
+
+
+def cached_dist() -> str:
+    return str(Path(sys.executable).parent / "cached-dist")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.dask_link", description=__doc__)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args(argv)
+    print("building lua 5.4", file=sys.stderr)
+    src = lua.build(WORK / "lua-dask")
+    hide = [src.parent] if os.geteuid() == 0 else []
+    with tempfile.TemporaryDirectory() as logs, cluster(Path(logs), 2, hide=hide) as c:
+        scheduler = f"--dask-scheduler={c.address}"
+        links = iter(range(10**6))
+
+        def link(out: str, *more: str) -> float:
+            """A cold link: a fresh, empty cache (keys computed, every job stored)."""
+            cache = f"--cache-dir={logs}/cache-{next(links)}"
+            options = ",".join(["--quiet", cache, *more])
+            extra = [f"-fthinlto-distributor={cached_dist()}", f"-Xthinlto-distributor={options}"]
+            return timed(lua.link_command(out, extra), src)
+
+        configs = {
+            "local runner (--jobs=2)": lambda: link("lua-local", "--jobs=2"),
+            "Dask runner (2 workers)": lambda: link("lua-dask", scheduler),
+        }
+        results = interleave(configs, args.rounds, lambda m: print(m, file=sys.stderr))
+        print({name: m.times for name, m in results.items()}, file=sys.stderr)
+        verbose = [
+            f"-fthinlto-distributor={cached_dist()}",
+            f"-Xthinlto-distributor=--verbose,--cache-dir={logs}/cache-v,{scheduler}",
+        ]
+        done = subprocess.run(lua.link_command("lua-dask", verbose), cwd=src,
+                              capture_output=True, text=True, check=True)  # fmt: skip
+    sent = _SENT.search(done.stderr)
+    assert sent is not None, done.stderr
+    distinct, shipped, named, jobs = (int(g) for g in sent.groups())
+    compiles = [float(m.group(1)) for m in map(_JOB.search, done.stderr.splitlines()) if m]
+    same = (src / "lua-local").read_bytes() == (src / "lua-dask").read_bytes()
+    base = results["local runner (--jobs=2)"].median
+    ours = results["Dask runner (2 workers)"].median
+    report = {
+        "benchmark": "dask_link",
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "machine": machine(),
+        "program": f"lua 5.4 (lua.o + liblua.a, {jobs} backend jobs)",
+        "workers_hide_build": bool(hide),
+        "rounds": args.rounds,
+        "times": {name: m.times for name, m in results.items()},
+        "medians": {name: m.median for name, m in results.items()},
+        "ratio": ours / base,
+        "overhead_ms_per_job": 1000 * (ours - base) * 2 / jobs,  # 2 jobs at a time
+        "distinct_inputs_sent": distinct,
+        "bytes_sent": shipped,
+        "bytes_named_by_jobs": named,
+        "worker_compile_seconds": sum(compiles),
+        "byte_identical": same,
+    }
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "dask_link.json").write_text(json.dumps(report, indent=1) + "\n")
+    print(f"local {base:.3f} s, Dask {ours:.3f} s, ratio {ours / base:.3f}, "
+          f"{report['overhead_ms_per_job']:.0f} ms per job; sent {distinct} inputs, "
+          f"{shipped} bytes, of {named} bytes named by {jobs} jobs; identical: {same}")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

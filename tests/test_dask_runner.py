@@ -1,0 +1,142 @@
+"""The Dask runner's options and shipping plan, without a cluster (tests/test_e2e_dask.py
+has the real one)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cached_dist.errors import UsageError
+from cached_dist.jobfile import parse
+from cached_dist.options import resolve
+from cached_dist.runners.shipment import content_key, plan
+
+from .test_cli import assert_one_line_error, cli
+
+
+def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    return {"HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / "cfg"), **extra}
+
+
+def test_scheduler_from_flag_environment_and_config(tmp_path: Path) -> None:
+    assert resolve([], [], _env(tmp_path)).dask_scheduler == ""
+    env = _env(tmp_path, CACHED_DIST_DASK_SCHEDULER="tcp://a:1", CACHED_DIST_DASK_TIMEOUT="30")
+    options = resolve([], [], env)
+    assert (options.dask_scheduler, options.dask_timeout) == ("tcp://a:1", 30.0)
+    assert resolve(["--dask-scheduler", "tls://b:2"], [], env).dask_scheduler == "tls://b:2"
+    config = tmp_path / "c.toml"
+    config.write_text('dask-scheduler = "tcp://c:3"\ndask-timeout = 60\n')
+    options = resolve([f"--config={config}"], [], _env(tmp_path))
+    assert (options.dask_scheduler, options.dask_timeout) == ("tcp://c:3", 60.0)
+
+
+@pytest.mark.parametrize(
+    ("flags", "env", "message"),
+    [
+        (["--dask-scheduler="], {}, "option --dask-scheduler: empty address"),
+        (["--dask-timeout=0"], {}, "option --dask-timeout: must be a positive number of seconds"),
+        (["--dask-timeout=soon"], {}, "option --dask-timeout: not a number of seconds"),
+        ([], {"CACHED_DIST_DASK_TIMEOUT": "-1"}, "environment variable CACHED_DIST_DASK_TIMEOUT"),
+    ],
+)  # fmt: skip
+def test_option_errors(tmp_path: Path, flags: list[str], env: dict[str, str], message: str) -> None:
+    with pytest.raises(UsageError) as e:
+        resolve(flags, [], _env(tmp_path, **env))
+    assert message in str(e.value)
+
+
+def test_an_inner_distributor_and_dask_together_are_a_usage_error(tmp_path: Path) -> None:
+    done = cli("--dask-scheduler=tcp://127.0.0.1:9", "--", "true", "x.json", cwd=tmp_path)
+    assert_one_line_error(
+        done, 2, "--dask-scheduler and an inner distributor cannot be used together"
+    )
+
+
+def test_choosing_the_runner_does_not_import_distributed() -> None:
+    code = (
+        "import sys\n"
+        "from cached_dist.log import Log\n"
+        "from cached_dist.options import Options\n"
+        "from cached_dist.runners import make_runner\n"
+        "runner = make_runner(Options(dask_scheduler='tcp://127.0.0.1:9'), Log())\n"
+        "print(type(runner).__name__, 'distributed' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.stdout.split() == ["DaskRunner", "False"], done.stderr
+
+
+def test_plan_sends_each_content_once_and_reroots_paths(tmp_path: Path) -> None:
+    (tmp_path / "a.o").write_bytes(b"module a")
+    (tmp_path / "b.o").write_bytes(b"module b")
+    (tmp_path / "a.thinlto.bc").write_bytes(b"shard a")
+    (tmp_path / "b.thinlto.bc").write_bytes(b"shard b")
+    out = tmp_path / "out"
+    out.mkdir()
+    job_file = parse({
+        "common": {"args": ["/opt/clang", "-c", "-O2"], "inputs": []},
+        "jobs": [
+            {"args": ["a.o", "-fthinlto-index=a.thinlto.bc", "-o", f"{out}/a.native.o"],
+             "inputs": ["a.o", "a.thinlto.bc", "b.o"], "outputs": [f"{out}/a.native.o"]},
+            {"args": ["b.o", "-fthinlto-index=b.thinlto.bc", "-o", "b.native.o"],
+             "inputs": ["b.o", "b.thinlto.bc", "a.o"], "outputs": ["b.native.o"]},
+        ],
+    })  # fmt: skip
+    shipment = plan(job_file, job_file.jobs, {"/opt/clang": "id"}, str(tmp_path))
+    assert shipment.refused == {}
+    assert sorted(shipment.contents.values()) == [b"module a", b"module b", b"shard a", b"shard b"]
+    assert shipment.input_bytes == 2 * (8 + 7 + 8) and shipment.shipped_bytes == 2 * (8 + 7)
+    spec, keys = shipment.specs[0]
+    root = str(tmp_path).lstrip("/")
+    assert spec["cwd"] == root and spec["identity"] == "id"
+    assert spec["inputs"] == [f"{root}/a.o", f"{root}/a.thinlto.bc", f"{root}/b.o"]
+    assert keys == [content_key(b"module a"), content_key(b"shard a"), content_key(b"module b")]
+    # an absolute output becomes relative to the link's directory; the compiler stays
+    assert spec["argv"] == ["/opt/clang", "-c", "-O2", "a.o", "-fthinlto-index=a.thinlto.bc",
+                            "-o", "out/a.native.o"]  # fmt: skip
+    assert spec["outputs"] == [f"{root}/out/a.native.o"]
+    assert shipment.specs[1][0]["outputs"] == [f"{root}/b.native.o"]
+
+
+def test_plan_refuses_what_it_cannot_send(tmp_path: Path) -> None:
+    (tmp_path / "a.o").write_bytes(b"module a")
+    job_file = parse({
+        "common": {"args": ["/opt/clang", "-c"]},
+        "jobs": [
+            {"args": ["a.o"], "inputs": ["a.o", "missing.bc"], "outputs": ["a.native.o"]},
+            {"args": ["a.o"], "inputs": ["a.o"], "outputs": ["b.native.o"]},
+            {"args": ["a.o"], "inputs": [str(tmp_path / "a.o"), "s.bc"], "outputs": ["c.o"]},
+        ],
+    })  # fmt: skip
+    (tmp_path / "s.bc").write_bytes(b"not bitcode")
+    shipment = plan(job_file, job_file.jobs, {}, str(tmp_path))
+    assert "no toolchain identity for compiler '/opt/clang'" in shipment.refused[1]
+    shipment = plan(job_file, job_file.jobs, {"/opt/clang": "id"}, str(tmp_path))
+    assert shipment.refused[0] == f"cannot read {tmp_path}/missing.bc: No such file or directory"
+    assert 1 in shipment.specs
+    assert (
+        "the shard names modules by absolute paths and cannot be rewritten" in shipment.refused[2]
+    )
+
+
+def test_workers_check_their_compiler_the_way_the_key_identifies_it(tmp_path: Path) -> None:
+    from cached_dist.log import Log
+    from cached_dist.runners.dask import DaskRunner
+    from cached_dist.runners.dask_task import compile_job
+
+    log = Log()
+    assert DaskRunner("tcp://127.0.0.1:1", 1.0, log, compiler_check="mtime").check == "content"
+    assert (
+        DaskRunner("tcp://127.0.0.1:1", 1.0, log, compiler_check="string:v1").check == "string:v1"
+    )
+    spec = {
+        "compiler": "/bin/true",
+        "identity": "string:x",
+        "check": "string:v2",
+        "argv": [],
+        "cwd": "",
+        "inputs": [],
+        "outputs": [],
+    }
+    done = compile_job(spec)
+    assert done["failure"] is not None and "another toolchain" in done["failure"]
