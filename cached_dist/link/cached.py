@@ -9,6 +9,10 @@ died. No link waits while holding a claim, so links cannot deadlock.
 
 A cache problem never fails a link: the store degrades to misses, and a job whose key cannot
 be computed is simply compiled and not stored.
+
+With ``--remote-storage``, a ``Tiers`` object (link/tiers.py) stands behind the local store:
+the link hands it the local misses (one batch), the keys it claimed (one batch), each stored
+result and each released claim; everything remote is contained there.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ if TYPE_CHECKING:
     from ..log import Log
     from ..options import Options
     from ..runners import Result
+    from .tiers import Tiers
 
 # Longest time one link waits, in total, for other links' compilations of keys it needs;
 # past it the remaining jobs are compiled here. Dead holders are detected in about a second.
@@ -59,8 +64,12 @@ def open_store(options: Options, log: Log) -> Store | None:
 
 
 class CachedLink:
-    def __init__(self, job_file: JobFile, options: Options, log: Log, store: Store) -> None:
+    def __init__(
+        self, job_file: JobFile, options: Options, log: Log, store: Store,
+        tiers: Tiers | None = None,
+    ) -> None:  # fmt: skip
         self.job_file = job_file
+        self.tiers = tiers  # the remote tiers, None without --remote-storage
         self.options = options
         self.log = log
         self.store = store
@@ -84,6 +93,17 @@ class CachedLink:
         self.log.detail(f"hit  {k.key} {k.job.module}")
         return True
 
+    def served_remotely(self, k: Keyed, size: int, seconds: float) -> None:
+        self.summary.hits += 1
+        self.bytes_served += size
+        self.time_saved += seconds
+
+    def fetch_remote(self, misses: list[Keyed], first: bool) -> list[Keyed]:
+        """Serves from the remote tiers what they hold; returns what is still missing."""
+        if self.tiers is None or not misses:
+            return misses
+        return self.tiers.fetch(misses, self.served_remotely, first=first)
+
     def compile(self, batch: Sequence[Keyed], claims: dict[int, Claim]) -> None:
         """Compiles ``batch``; each job is stored and its claim released as it finishes.
         Raises JobsFailedError if some are still without outputs afterwards."""
@@ -102,6 +122,8 @@ class CachedLink:
                     k.key, output_roles(k.job), duration=result.seconds,
                     toolchain=k.toolchain, key_version=KEY_FORMAT,
                 )  # fmt: skip
+                if self.tiers is not None:
+                    self.tiers.stored(k, result.seconds)
             claim = claims.pop(k.job.index, None)
             if claim is not None:
                 claim.release()
@@ -114,6 +136,8 @@ class CachedLink:
                 claim = claims.pop(k.job.index, None)
                 if claim is not None:
                     claim.release()
+                if self.tiers is not None:
+                    self.tiers.release(k)
         self.summary.compiled += outcome.compiled
         self.summary.fallback += outcome.fallback
         raise_failures(outcome.failures)
@@ -127,20 +151,39 @@ class CachedLink:
             hits = [k for k in keyed if id(k) not in missed]
             self.counters.update(verify_hits(self.job_file, hits, self.options, self.log,
                                              self.store))  # fmt: skip
-        mine, theirs = [], []
+        misses = self.fetch_remote(misses, first=True)
         claims: dict[int, Claim] = {}
         try:
-            for k in misses:
-                verdict = self.try_claim(k, claims)
-                if verdict == "mine":
-                    mine.append(k)
-                elif verdict == "theirs":
-                    theirs.append(k)
+            mine, theirs = self.claim_all(misses, claims)
             self.compile(mine, claims)
         finally:
             for claim in claims.values():
                 claim.release()
         self.await_others(theirs)
+
+    def claim_all(
+        self, ks: list[Keyed], claims: dict[int, Claim]
+    ) -> tuple[list[Keyed], list[Keyed]]:
+        """Claims ``ks`` locally, then what this link won on the remote tier (one batch):
+        (mine, theirs); served keys are in neither."""
+        mine, theirs = [], []
+        for k in ks:
+            verdict = self.try_claim(k, claims)
+            if verdict == "mine":
+                mine.append(k)
+            elif verdict == "theirs":
+                theirs.append(k)
+        if self.tiers is not None and mine:
+            elsewhere = self.tiers.claim(mine)
+            if elsewhere:
+                for k in mine:
+                    if k.job.index in elsewhere:
+                        claim = claims.pop(k.job.index, None)
+                        if claim is not None:
+                            claim.release()
+                        theirs.append(k)
+                mine = [k for k in mine if k.job.index not in elsewhere]
+        return mine, theirs
 
     def try_claim(self, k: Keyed, claims: dict[int, Claim]) -> str:
         """ "mine" (compile it here), "theirs" (another link is compiling it) or "served"."""
@@ -163,15 +206,9 @@ class CachedLink:
         deadline = time.monotonic() + WAIT_BOUND
         poll = _POLL_MIN
         while theirs:
-            waiting, mine = [], []
             claims: dict[int, Claim] = {}
             try:
-                for k in theirs:
-                    verdict = self.try_claim(k, claims)
-                    if verdict == "theirs":
-                        waiting.append(k)
-                    elif verdict == "mine":
-                        mine.append(k)
+                mine, waiting = self.claim_all(self.fetch_remote(theirs, first=False), claims)
                 self.compile(mine, claims)
             finally:
                 for claim in claims.values():
@@ -196,7 +233,12 @@ def run_cached(job_file: JobFile, options: Options, log: Log) -> Summary:
         from .dispatch import run_plain
 
         return run_plain(job_file, options, log)
-    link = CachedLink(job_file, options, log, store)
+    tiers = None
+    if options.remote_storage:
+        from .tiers import Tiers
+
+        tiers = Tiers(options, log, store)
+    link = CachedLink(job_file, options, log, store, tiers)
     shard_keys = ShardKeys(store, options.jobs)
     keyed: list[Keyed] = []
     try:
@@ -215,12 +257,14 @@ def run_cached(job_file: JobFile, options: Options, log: Log) -> Summary:
         )
         link.run(keyed)
     finally:
+        remote = tiers.finish() if tiers is not None else {}
         counters = {
             "shards_decoded": shard_keys.decoded,
             "shards_memoized": shard_keys.memoized,
             "shards_not_canonical": shard_keys.inexact,
             "jobs_not_cacheable": sum(1 for k in keyed if k.key is None),
             **link.counters,
+            **remote,
         }
         store.record(
             hits=link.summary.hits, misses=link.summary.compiled, time_saved=link.time_saved,
