@@ -3,13 +3,17 @@
 #   make test   ruff, mypy --strict and the pytest suite (what .ci/run runs)
 export PATH := $(CURDIR)/.venv/bin:/usr/lib/llvm-22/bin:$(PATH)
 
-.PHONY: setup demo test lint bench
+.PHONY: setup demo demo-remote test lint bench
 
 setup:
 	scripts/setup
 
 demo: setup
 	scripts/demo
+
+# Two "machines" sharing a redis-server on a free loopback port (the remote cache tier).
+demo-remote: setup
+	scripts/demo-remote
 
 lint: setup
 	ruff check .

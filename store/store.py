@@ -15,7 +15,7 @@ from .problems import Problems
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Mapping, Sequence
     from typing import Any
 
     from .maintenance import VerifyReport
@@ -39,7 +39,13 @@ class Store:
     Blobs are files named by their XXH3-128 digest; the index (diskcache) maps action keys to
     manifests. Reads take no lock; every byte served is re-hashed. Problems (damaged index,
     read-only or full disk, permissions) are reported once through `warn` and turn into misses.
+
+    It is also the first tier of the storage protocol (store/tier.py): get_many and put_many
+    move whole entries in and out as byte values, for remote tiers behind it.
     """
+
+    claims = False  # single-flight here is per machine: see claim()
+    round_trips = 0
 
     def __init__(
         self,
@@ -171,6 +177,62 @@ class Store:
                 index.drop_entry(key)
             except Exception as error:
                 self._fail("cannot update the cache index", error)
+
+    # -- the storage protocol (store/tier.py) ----------------------------------------------
+
+    def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
+        """Each key's entry as one value (store.entry), for another tier; None for a miss or
+        an entry whose blobs are gone or damaged (re-hashed as they are encoded)."""
+        from . import entry
+
+        values: list[bytes | None] = []
+        for key in keys:
+            manifest = self.get(key)
+            value = None
+            if manifest is not None:
+                try:
+                    data: dict[str, bytes] = {}
+                    for role, (digest, _) in manifest.outputs.items():
+                        with open(self._blobs.path(digest), "rb") as f:
+                            data[role] = f.read()
+                    value = entry.encode(data, manifest.meta, manifest.outputs)
+                except (OSError, ValueError):
+                    value = None  # evicted meanwhile, or a damaged blob: a miss
+            values.append(value)
+        return values
+
+    def put_many(self, items: Sequence[tuple[str, bytes]], release: str | None = None) -> None:
+        """Imports entries from another tier; a value that does not decode is skipped. (The
+        disk store's claims are its own: ``release`` is for claiming tiers and ignored.)"""
+        from . import entry
+
+        for key, value in items:
+            decoded = entry.decode(value)
+            if decoded is not None:
+                self.put_decoded(key, *decoded)
+
+    def put_decoded(
+        self, key: str, outputs: Mapping[str, tuple[str, bytes]], meta: Mapping[str, Any]
+    ) -> bool:
+        """Records an entry whose outputs (role -> (digest, bytes)) were just verified."""
+        index = self._index
+        if index is None or not valid_key(key) or not outputs:
+            return False
+        try:
+            refs: dict[str, tuple[str, int]] = {}
+            new_bytes = 0
+            for role, (digest, data) in outputs.items():
+                size, new = self._blobs.ingest_bytes(data, digest)
+                refs[role] = (digest, size)
+                if new:
+                    new_bytes += size
+            index.set_entry(key, Manifest(key, refs, {**meta, "created": time.time()}).encode())
+        except Exception as error:
+            self._fail("cannot store in the cache", error)
+            return False
+        self._count(stores=1, bytes_stored=new_bytes, size=new_bytes)
+        self._maybe_evict()
+        return True
 
     # -- writing ------------------------------------------------------------------------
 

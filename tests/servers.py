@@ -10,7 +10,6 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -76,6 +75,13 @@ class Server:
                 self.kill()
 
 
+def requests(server: Server) -> list[tuple[str, str, str, str]]:
+    """nginx's access log so far: (method, path, status, connection number) per request."""
+    log = server.dir / "access.log"
+    lines = log.read_text().splitlines() if log.exists() else []
+    return [(m, p, s, c) for m, p, s, c in (line.split() for line in lines)]
+
+
 def start_redis(dir: Path, *extra: str, password: str = "") -> Server:
     """redis-server without persistence; ``extra`` are more ``--name value`` settings."""
     dir.mkdir(parents=True, exist_ok=True)
@@ -98,7 +104,8 @@ pid {dir}/nginx.pid;
 error_log {dir}/error.log;
 events {{ worker_connections 256; }}
 http {{
-    access_log off;
+    log_format requests '$request_method $uri $status $connection';
+    access_log {dir}/access.log requests;
     client_body_temp_path {dir}/body;
     proxy_temp_path {dir}/proxy;
     fastcgi_temp_path {dir}/fastcgi;
@@ -132,17 +139,3 @@ def start_nginx(dir: Path, *, read_only: bool = False) -> Server:
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     _wait_listening(port, proc, log)
     return Server(proc, port, f"http://127.0.0.1:{port}/cache", dir)
-
-
-@pytest.fixture
-def redis_server(tmp_path: Path) -> Iterator[Server]:
-    server = start_redis(tmp_path / "redis")
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def webdav_server(tmp_path: Path) -> Iterator[Server]:
-    server = start_nginx(tmp_path / "nginx")
-    yield server
-    server.stop()

@@ -95,6 +95,7 @@ class CachedLink:
 
     def served_remotely(self, k: Keyed, size: int, seconds: float) -> None:
         self.summary.hits += 1
+        self.summary.remote += 1
         self.bytes_served += size
         self.time_saved += seconds
 
@@ -123,7 +124,7 @@ class CachedLink:
                     toolchain=k.toolchain, key_version=KEY_FORMAT,
                 )  # fmt: skip
                 if self.tiers is not None:
-                    self.tiers.stored(k, result.seconds)
+                    self.tiers.stored(k)
             claim = claims.pop(k.job.index, None)
             if claim is not None:
                 claim.release()

@@ -22,15 +22,14 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-
-from ..keys.key import KEY_FORMAT
+import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from store import Store
-    from store.remote import RemoteStorage
+    from store.tier import ClaimingTier, Tier
 
     from ..keys.compute import Keyed
     from ..log import Log
@@ -57,7 +56,7 @@ class Remote:
         from store.remote import redact
 
         self.url = redact(url)
-        self.backend: RemoteStorage | None = None
+        self.backend: Tier | None = None
         self.failed = False
 
 
@@ -78,9 +77,11 @@ class Tiers:
              "remote_uploads", "remote_bytes_downloaded", "remote_bytes_uploaded",
              "remote_round_trips"), 0,
         )  # fmt: skip
-        self._held: dict[str, Remote] = {}  # key -> the remote holding our claim on it
+        self._held: dict[str, int] = {}  # key -> index of the remote holding our claim on it
+        #: Keys whose remote value this link could not use (damaged): claimed regardless.
+        self.contested: set[str] = set()
         self._lock = threading.Lock()
-        self._queue: list[tuple[str, dict[str, str], dict[str, object]] | None] = []
+        self._queue: list[tuple[str, bool] | None] = []  # (key, upload?); None: the end
         self._wake = threading.Condition(self._lock)
         self._uploader: threading.Thread | None = None
         self._renewer: threading.Thread | None = None
@@ -88,7 +89,7 @@ class Tiers:
 
     # -- remotes --------------------------------------------------------------------------
 
-    def _backend(self, i: int) -> RemoteStorage | None:
+    def _backend(self, i: int) -> Tier | None:
         remote = self.remotes[i]
         if remote.failed:
             return None
@@ -128,9 +129,12 @@ class Tiers:
     ) -> list[Keyed]:
         """Serves what the remotes hold (one batch per remote); returns what is still missing.
 
-        ``on_hit(k, bytes, compile seconds saved)`` accounts each hit; ``first`` counts the
-        rest as remote misses (later polls for keys another machine compiles do not)."""
-        from store.remote import RemoteError, entry
+        Each value is decoded (every byte re-hashed) before its outputs are written, and the
+        hits are promoted into the local store in one batch. ``on_hit(k, bytes, compile
+        seconds saved)`` accounts each hit; ``first`` counts the rest as remote misses (later
+        polls, for keys another machine compiles, do not)."""
+        from store import entry
+        from store.remote import RemoteError
 
         pending = [k for k in misses if k.key is not None]
         served: set[int] = set()
@@ -139,46 +143,52 @@ class Tiers:
             backend = self._backend(i) if todo else None
             if backend is None:
                 continue
+            started = time.monotonic()
             try:
                 values = backend.get_many([k.key for k in todo])  # type: ignore[misc]
             except RemoteError as e:
                 self._fail(remote, str(e))
                 continue
+            promote: list[tuple[str, bytes]] = []
             for k, value in zip(todo, values, strict=True):
                 if value is None:
                     continue
+                key: str = k.key  # type: ignore[assignment]
                 self.counters["remote_bytes_downloaded"] += len(value)
                 decoded = entry.decode(value)
                 roles = output_roles(k)
                 if decoded is None or set(decoded[0]) != set(roles):
                     self.counters["remote_corrupt"] += 1
-                    self.log.detail(f"remote {remote.url}: damaged value for {k.key}; a miss")
+                    self.contested.add(key)
+                    self.log.detail(f"remote {remote.url}: damaged value for {key}; a miss")
                     continue
                 outputs, meta = decoded
                 if not self._write_outputs(roles, outputs):
+                    self.contested.add(key)
                     continue
+                promote.append((key, value))
                 duration = meta.get("duration", 0.0)
                 seconds = float(duration) if isinstance(duration, int | float) else 0.0
-                self.store.put(
-                    k.key, roles, duration=seconds, toolchain=k.toolchain,  # type: ignore[arg-type]
-                    key_version=KEY_FORMAT,
-                )  # fmt: skip
                 served.add(k.job.index)
                 self.counters["remote_hits"] += 1
-                self.log.detail(f"hit  {k.key} {k.job.module} (remote {remote.url})")
-                on_hit(k, sum(len(b) for b in outputs.values()), seconds)
+                if self.log.verbose:
+                    took = 1000 * (time.monotonic() - started)
+                    self.log.detail(f"hit  {key} {k.job.module}: remote ({remote.url}), "
+                                    f"{took:.1f} ms")  # fmt: skip
+                on_hit(k, sum(len(data) for _, data in outputs.values()), seconds)
+            self.store.put_many(promote)  # the next link hits locally
         if first:
             self.counters["remote_misses"] += len(pending) - len(served)
         return [k for k in misses if k.job.index not in served]
 
     @staticmethod
-    def _write_outputs(roles: dict[str, str], outputs: dict[str, bytes]) -> bool:
+    def _write_outputs(roles: dict[str, str], outputs: dict[str, tuple[str, bytes]]) -> bool:
         """Each output written whole to a temporary file and renamed into place."""
         for role, dest in roles.items():
             tmp = f"{dest}.cached-dist-{os.getpid()}.tmp"
             try:
                 with open(tmp, "wb") as f:
-                    f.write(outputs[role])
+                    f.write(outputs[role][1])
                 os.replace(tmp, dest)
             except OSError:
                 with contextlib.suppress(OSError):
@@ -194,20 +204,22 @@ class Tiers:
         i = self._claims_remote()
         wanted = [k for k in ks if k.key is not None]
         backend = self._backend(i) if i is not None and wanted else None
-        if backend is None or i is None:
+        if backend is None or i is None or not backend.claims:
             return set()
         from store.remote import RemoteError
 
+        claiming: ClaimingTier = backend  # type: ignore[assignment]
+        keys: list[str] = [k.key for k in wanted]  # type: ignore[misc]
         try:
-            granted = backend.claim_many([k.key for k in wanted], self.token, LEASE_MS)  # type: ignore[misc]
+            granted = claiming.claim_many(keys, self.token, LEASE_MS, self.contested)
         except RemoteError as e:
             self._fail(self.remotes[i], str(e))
             return set()
         theirs = set()
         with self._lock:
-            for k, ok in zip(wanted, granted, strict=True):
+            for k, key, ok in zip(wanted, keys, granted, strict=True):
                 if ok:
-                    self._held[k.key] = self.remotes[i]  # type: ignore[index]
+                    self._held[key] = i
                 else:
                     theirs.add(k.job.index)
         if len(theirs) < len(wanted):
@@ -225,10 +237,10 @@ class Tiers:
         while not self._stop.wait(_RENEW_EVERY):
             with self._lock:
                 by_remote: dict[int, list[str]] = {}
-                for key, remote in self._held.items():
-                    by_remote.setdefault(self.remotes.index(remote), []).append(key)
+                for key, i in self._held.items():
+                    by_remote.setdefault(i, []).append(key)
             for i, keys in by_remote.items():
-                backend = self.remotes[i].backend
+                backend: ClaimingTier | None = self.remotes[i].backend  # type: ignore[assignment]
                 if backend is None or self.remotes[i].failed:
                     continue
                 try:
@@ -238,71 +250,70 @@ class Tiers:
 
     # -- uploads --------------------------------------------------------------------------
 
-    def stored(self, k: Keyed, seconds: float) -> None:
-        """The job was compiled here and stored locally: upload it, then drop its claim."""
-        if k.key is None:
-            return
-        if self.read_only:
-            self.release(k)
-            return
-        meta = {"duration": float(seconds), "toolchain": k.toolchain, "key_version": KEY_FORMAT}
-        self._enqueue((k.key, output_roles(k), meta))
+    def stored(self, k: Keyed) -> None:
+        """The job was compiled here and stored locally: upload it (unless read-only), and
+        drop its claim in the same trip."""
+        if k.key is not None:
+            self._enqueue(k.key, upload=not self.read_only)
 
     def release(self, k: Keyed) -> None:
         """Gives up our remote claim on ``k`` (its job failed or was not stored)."""
         if k.key is not None and k.key in self._held:
-            self._enqueue((k.key, {}, {}))
+            self._enqueue(k.key, upload=False)
 
-    def _enqueue(self, item: tuple[str, dict[str, str], dict[str, object]]) -> None:
+    def _enqueue(self, key: str, *, upload: bool) -> None:
         with self._wake:
-            self._queue.append(item)
+            self._queue.append((key, upload))
             self._wake.notify()
         if self._uploader is None:
             self._uploader = threading.Thread(target=self._upload, name="upload", daemon=True)
             self._uploader.start()
 
     def _upload(self) -> None:
-        while True:
+        """Takes whatever is queued, as one batch per remote, until the link ends."""
+        done = False
+        while not done:
             with self._wake:
                 while not self._queue:
                     self._wake.wait()
-                item = self._queue.pop(0)
-            if item is None:
-                return
+                batch, self._queue = self._queue, []
+            done = None in batch
+            items = [item for item in batch if item is not None]
             try:
-                self._upload_one(*item)
+                self._upload_batch(items)
             except Exception as e:  # a bug here must not hang or fail the link
-                self._fail(self.remotes[0], f"upload failed ({type(e).__name__}: {e})")
+                for remote in self.remotes:
+                    self._fail(remote, f"upload failed ({type(e).__name__}: {e})")
 
-    def _upload_one(self, key: str, roles: dict[str, str], meta: dict[str, object]) -> None:
-        from store.remote import RemoteError, entry
+    def _upload_batch(self, items: list[tuple[str, bool]]) -> None:
+        """Exports the entries from the local store (re-hashed) and puts them on every remote
+        that may be written, releasing our claims on the way; then the claims left over."""
+        from store.remote import RemoteError
 
+        wanted = [key for key, upload in items if upload]
+        values = dict(zip(wanted, self.store.get_many(wanted), strict=True)) if wanted else {}
         with self._lock:
-            holder = self._held.pop(key, None)
-        value = None
-        if roles:
-            try:
-                outputs = {}
-                for role, path in roles.items():
-                    with open(path, "rb") as f:
-                        outputs[role] = f.read()
-                value = entry.encode(outputs, meta)
-            except OSError:
-                value = None  # the link removed or replaced it: nothing to share
+            held = {key: self._held.pop(key) for key, _ in items if key in self._held}
         for i, remote in enumerate(self.remotes):
-            release = self.token if holder is remote else None
-            if (value is None and release is None) or remote.failed:
+            puts = [(key, value) for key, value in values.items() if value is not None]
+            if self.read_only:
+                puts = []
+            releases = [key for key, holder in held.items() if holder == i]
+            if not (puts or releases) or remote.failed:
                 continue
             backend = self._backend(i)
             if backend is None:
                 continue
             try:
-                if value is not None:
-                    backend.put(key, value, release)
-                    self.counters["remote_uploads"] += 1
-                    self.counters["remote_bytes_uploaded"] += len(value)
-                else:
-                    backend.release([key], self.token)
+                if puts:  # releasing a claim that is not ours is a no-op: the token differs
+                    backend.put_many(puts, self.token if releases else None)
+                    self.counters["remote_uploads"] += len(puts)
+                    self.counters["remote_bytes_uploaded"] += sum(len(v) for _, v in puts)
+                put_keys = {key for key, _ in puts}
+                rest = [key for key in releases if key not in put_keys]
+                if rest:
+                    claiming: ClaimingTier = backend  # type: ignore[assignment]
+                    claiming.release(rest, self.token)
             except RemoteError as e:
                 self._fail(remote, str(e))
 
@@ -310,11 +321,11 @@ class Tiers:
 
     def finish(self) -> dict[str, int]:
         """Waits (bounded) for uploads, releases what is still claimed; the link's counters."""
+        with self._lock:
+            leftover = list(self._held)
+        for key in leftover:
+            self._enqueue(key, upload=False)
         if self._uploader is not None:
-            with self._lock:
-                leftover = list(self._held)
-            for key in leftover:
-                self._enqueue((key, {}, {}))
             with self._wake:
                 self._queue.append(None)
                 self._wake.notify()
@@ -322,9 +333,6 @@ class Tiers:
             if self._uploader.is_alive():
                 for remote in self.remotes:
                     self._fail(remote, f"uploads still running after {UPLOAD_BOUND:.0f} s")
-        elif self._held:
-            for key in list(self._held):
-                self._upload_one(key, {}, {})
         self._stop.set()
         for remote in self.remotes:
             if remote.backend is not None:

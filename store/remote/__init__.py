@@ -1,7 +1,8 @@
 """Remote storage for the store: byte values by action key on a server a team shares.
 
-A backend is a small object speaking in batches, so that a link pays one round trip for all
-of its lookups however many jobs it has. Transport problems raise :class:`RemoteError`
+A backend is a tier of the storage protocol (store/tier.py): a small object speaking in
+batches, so that a link pays one round trip for all of its lookups however many jobs it has.
+Each also has ``url`` (redacted: safe to print). Transport problems raise :class:`RemoteError`
 (whose message never contains credentials); absent values are ``None``, never errors. The
 caller decides what a failure means (cached-dist: the remote is skipped for the rest of the
 link). Backends are imported only when a URL of their scheme is opened, so a link that never
@@ -14,22 +15,7 @@ import os
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-    from typing import Protocol
-
-    class RemoteStorage(Protocol):
-        """What the link needs from a remote backend (all operations batched)."""
-
-        url: str  # redacted: safe to print
-        claims: bool  # whether claim/renew/release do anything (cross-machine single-flight)
-        round_trips: int  # network round trips so far (concurrent requests count once)
-
-        def get_many(self, keys: Sequence[str]) -> list[bytes | None]: ...
-        def put(self, key: str, value: bytes, release: str | None = None) -> None: ...
-        def claim_many(self, keys: Sequence[str], token: str, lease_ms: int) -> list[bool]: ...
-        def renew(self, keys: Sequence[str], token: str, lease_ms: int) -> None: ...
-        def release(self, keys: Sequence[str], token: str) -> None: ...
-        def close(self) -> None: ...
+    from ..tier import Tier
 
 
 #: URL scheme -> "module:Class" of the backend.
@@ -79,7 +65,7 @@ def password(url_password: str | None) -> str | None:
     return url_password or os.environ.get(PASSWORD_ENV) or None
 
 
-def open_remote(url: str, *, connect_timeout: float, timeout: float) -> RemoteStorage:
+def open_remote(url: str, *, connect_timeout: float, timeout: float) -> Tier:
     """A backend for ``url``; RemoteError if its client library is missing."""
     target = SCHEMES.get(scheme(url))
     if target is None:
@@ -92,5 +78,5 @@ def open_remote(url: str, *, connect_timeout: float, timeout: float) -> RemoteSt
     except ImportError as e:
         raise RemoteError(f"client library missing ({e.name}); install cached-dist[all]") from None
     cls = getattr(module, class_name)
-    backend: RemoteStorage = cls(url, connect_timeout=connect_timeout, timeout=timeout)
+    backend: Tier = cls(url, connect_timeout=connect_timeout, timeout=timeout)
     return backend

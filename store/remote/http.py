@@ -146,21 +146,17 @@ class HttpStorage:
             self._concurrently(len(keys), get)
         return values
 
-    def put(self, key: str, value: bytes, release: str | None = None) -> None:
-        self.round_trips += 1
-        self.requests += 1
-        status, _ = self._request("PUT", key, value)
-        if status not in (200, 201, 204):
-            raise RemoteError(f"PUT answered HTTP {status}")
+    def put_many(self, items: Sequence[tuple[str, bytes]], release: str | None = None) -> None:
+        """Concurrent PUTs (no claims to release over HTTP)."""
 
-    def claim_many(self, keys: Sequence[str], token: str, lease_ms: int) -> list[bool]:
-        return [True] * len(keys)  # no claims over HTTP: every machine may compile
+        def put(i: int) -> None:
+            key, value = items[i]
+            status, _ = self._request("PUT", key, value)
+            if status not in (200, 201, 204):
+                raise RemoteError(f"PUT answered HTTP {status}")
 
-    def renew(self, keys: Sequence[str], token: str, lease_ms: int) -> None:
-        pass
-
-    def release(self, keys: Sequence[str], token: str) -> None:
-        pass
+        if items:
+            self._concurrently(len(items), put)
 
     def close(self) -> None:
         with self._lock:

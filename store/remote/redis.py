@@ -20,7 +20,7 @@ from . import RemoteError, password, redact
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Collection, Sequence
 
     import redis
 
@@ -29,8 +29,9 @@ if TYPE_CHECKING:
 VALUE = "cached-dist:v1:"
 CLAIM = "cached-dist:claim:"
 # 1: claimed; 2: the value exists already (read it); 0: another machine holds the claim.
+# ARGV[3] == '1': the caller found the value damaged, so its existence does not count.
 _CLAIM = """
-if redis.call('exists', KEYS[2]) == 1 then return 2 end
+if ARGV[3] ~= '1' and redis.call('exists', KEYS[2]) == 1 then return 2 end
 if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
 return 0
 """
@@ -152,22 +153,29 @@ class RedisStorage:
             if isinstance(result, Exception):
                 raise RemoteError(self._describe(result))
 
-    def put(self, key: str, value: bytes, release: str | None = None) -> None:
-        """Stores ``value``; then gives up the claim ``release`` (a token) in the same trip."""
+    def put_many(self, items: Sequence[tuple[str, bytes]], release: str | None = None) -> None:
+        """Stores the values, then gives up the claims ``release`` (a token) holds on their
+        keys, all in one trip (each release goes through even if its SET was refused)."""
+        if not items:
+            return
         pipe = self._pipeline()
-        pipe.set(VALUE + key, value)
-        if release is not None:
-            pipe.eval(_RELEASE, 1, CLAIM + key, release)
-        self._check(self._run(pipe))  # the release went through even if the SET was refused
+        for key, value in items:
+            pipe.set(VALUE + key, value)
+            if release is not None:
+                pipe.eval(_RELEASE, 1, CLAIM + key, release)
+        self._check(self._run(pipe))
 
-    def claim_many(self, keys: Sequence[str], token: str, lease_ms: int) -> list[bool]:
+    def claim_many(
+        self, keys: Sequence[str], token: str, lease_ms: int, contested: Collection[str] = ()
+    ) -> list[bool]:
         """For each key: True if claimed; False if another machine holds it or its value
-        appeared meanwhile (the caller polls get_many for those)."""
+        appeared meanwhile (the caller polls get_many for those). A key in ``contested`` has
+        a value the caller could not use (damaged): it is claimed as if it had none."""
         if not keys:
             return []
         pipe = self._pipeline()
         for k in keys:
-            pipe.eval(_CLAIM, 2, CLAIM + k, VALUE + k, token, lease_ms)
+            pipe.eval(_CLAIM, 2, CLAIM + k, VALUE + k, token, lease_ms, int(k in contested))
         results = self._run(pipe)
         self._check(results)
         return [r == 1 for r in results]
