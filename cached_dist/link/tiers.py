@@ -253,7 +253,7 @@ class Tiers:
     def stored(self, k: Keyed) -> None:
         """The job was compiled here and stored locally: upload it (unless read-only), and
         drop its claim in the same trip."""
-        if k.key is not None:
+        if k.key is not None and not (self.read_only and k.key not in self._held):
             self._enqueue(k.key, upload=not self.read_only)
 
     def release(self, k: Keyed) -> None:
