@@ -240,7 +240,7 @@ def run_cached(job_file: JobFile, options: Options, log: Log) -> Summary:
 
         tiers = Tiers(options, log, store)
     link = CachedLink(job_file, options, log, store, tiers)
-    shard_keys = ShardKeys(store, options.jobs)
+    shard_keys = ShardKeys(store, options.jobs, tiers)
     keyed: list[Keyed] = []
     try:
         try:

@@ -21,12 +21,15 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import threading
 import time
 
+from ..keys.key import KEY_FORMAT
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from store import Store
     from store.tier import ClaimingTier, Tier
@@ -41,6 +44,33 @@ _RENEW_EVERY = LEASE_MS / 3000
 #: Longest the end of a link waits for uploads still in flight (each is also bounded by
 #: --remote-timeout, and a timeout drops the remote for the rest).
 UPLOAD_BOUND = 30.0
+#: How long the uploader waits for more results before a round trip (uploads batch up).
+_GATHER = 0.02
+
+
+_MEMO = b"CDM1"  # a remote memo value: this, then the remembered text (a shard digest)
+_MEMO_TEXT = re.compile(r"(canon|raw):[0-9a-f]{32}")
+
+
+def _memo_key(namespace: str, key: str) -> str:
+    return f"memo-{KEY_FORMAT}-{namespace}-{key}"
+
+
+def _memo_text(value: bytes | None) -> str | None:
+    """The remembered text if ``value`` is a well-formed memo value, else None (a miss)."""
+    if value is None or not value.startswith(_MEMO):
+        return None
+    text = value[len(_MEMO) :].decode("ascii", "replace")
+    return text if _MEMO_TEXT.fullmatch(text) else None
+
+
+def _describe(error: Exception, remote: Remote) -> str:
+    """A RemoteError's own (redacted) message; anything else, by type, password removed."""
+    from store.remote import RemoteError
+
+    if isinstance(error, RemoteError):
+        return str(error)
+    return remote.hide(f"{type(error).__name__}: {error}")
 
 
 def output_roles(k: Keyed) -> dict[str, str]:
@@ -50,7 +80,7 @@ def output_roles(k: Keyed) -> dict[str, str]:
 class Remote:
     """One configured remote, opened on first use; ``failed`` once it erred in this link."""
 
-    __slots__ = ("backend", "failed", "url")
+    __slots__ = ("_secret", "backend", "failed", "url")
 
     def __init__(self, url: str) -> None:
         from store.remote import redact
@@ -58,6 +88,23 @@ class Remote:
         self.url = redact(url)
         self.backend: Tier | None = None
         self.failed = False
+        self._secret = _password(url)
+
+    def hide(self, text: str) -> str:
+        """``text`` without this remote's password (for messages about unexpected errors)."""
+        return text.replace(self._secret, "***") if self._secret else text
+
+
+def _password(url: str) -> str:
+    from urllib.parse import unquote, urlsplit
+
+    from store.remote import password
+
+    try:
+        given = urlsplit(url).password
+    except ValueError:
+        return ""
+    return password(unquote(given) if given else None) or ""
 
 
 class Tiers:
@@ -75,13 +122,15 @@ class Tiers:
         self.counters = dict.fromkeys(
             ("remote_hits", "remote_misses", "remote_errors", "remote_corrupt",
              "remote_uploads", "remote_bytes_downloaded", "remote_bytes_uploaded",
-             "remote_round_trips"), 0,
+             "remote_round_trips", "remote_memo_hits", "remote_memo_uploads"), 0,
         )  # fmt: skip
         self._held: dict[str, int] = {}  # key -> index of the remote holding our claim on it
         #: Keys whose remote value this link could not use (damaged): claimed regardless.
         self.contested: set[str] = set()
         self._lock = threading.Lock()
-        self._queue: list[tuple[str, bool] | None] = []  # (key, upload?); None: the end
+        self._opening = threading.Lock()
+        #: (key, upload it? or the value itself); None: the link ended.
+        self._queue: list[tuple[str, bool | bytes] | None] = []
         self._wake = threading.Condition(self._lock)
         self._uploader: threading.Thread | None = None
         self._renewer: threading.Thread | None = None
@@ -93,17 +142,18 @@ class Tiers:
         remote = self.remotes[i]
         if remote.failed:
             return None
-        if remote.backend is None:
-            from store.remote import RemoteError, open_remote
+        with self._opening:  # the link and the uploader share one backend per remote
+            if remote.backend is None:
+                from store.remote import open_remote
 
-            try:
-                remote.backend = open_remote(
-                    self._urls[i], connect_timeout=self.connect_timeout, timeout=self.timeout
-                )
-            except RemoteError as e:
-                self._fail(remote, str(e))
-                return None
-        return remote.backend
+                try:
+                    remote.backend = open_remote(
+                        self._urls[i], connect_timeout=self.connect_timeout, timeout=self.timeout
+                    )
+                except Exception as e:  # a remote problem never fails the link
+                    self._fail(remote, _describe(e, remote))
+                    return None
+            return remote.backend
 
     def _fail(self, remote: Remote, message: str) -> None:
         with self._lock:
@@ -134,7 +184,6 @@ class Tiers:
         seconds saved)`` accounts each hit; ``first`` counts the rest as remote misses (later
         polls, for keys another machine compiles, do not)."""
         from store import entry
-        from store.remote import RemoteError
 
         pending = [k for k in misses if k.key is not None]
         served: set[int] = set()
@@ -146,8 +195,8 @@ class Tiers:
             started = time.monotonic()
             try:
                 values = backend.get_many([k.key for k in todo])  # type: ignore[misc]
-            except RemoteError as e:
-                self._fail(remote, str(e))
+            except Exception as e:  # a remote problem never fails the link
+                self._fail(remote, _describe(e, remote))
                 continue
             promote: list[tuple[str, bytes]] = []
             for k, value in zip(todo, values, strict=True):
@@ -196,6 +245,36 @@ class Tiers:
                 return False  # compile it instead: the runner reports a real problem
         return True
 
+    # -- the shared memo -------------------------------------------------------------------
+
+    def memo_many(self, namespace: str, keys: Sequence[str]) -> dict[str, str]:
+        """What the remotes remember for these memo keys (one batch per remote asked): the
+        canonical digests of summary shards, so that a machine whose local store is empty
+        need not decode shards another machine already decoded."""
+        found: dict[str, str] = {}
+        for i, remote in enumerate(self.remotes):
+            todo = [k for k in keys if k not in found]
+            backend = self._backend(i) if todo else None
+            if backend is None:
+                continue
+            try:
+                values = backend.get_many([_memo_key(namespace, k) for k in todo])
+            except Exception as e:  # a remote problem never fails the link
+                self._fail(remote, _describe(e, remote))
+                continue
+            for key, value in zip(todo, values, strict=True):
+                text = _memo_text(value)
+                if text is not None:
+                    found[key] = text
+        self.counters["remote_memo_hits"] += len(found)
+        return found
+
+    def memo_share(self, namespace: str, items: Sequence[tuple[str, str]]) -> None:
+        """Uploads memo entries learned here (in the background, like results)."""
+        if not self.read_only:
+            for key, text in items:
+                self._enqueue(_memo_key(namespace, key), upload=_MEMO + text.encode())
+
     # -- claims ---------------------------------------------------------------------------
 
     def claim(self, ks: list[Keyed]) -> set[int]:
@@ -206,14 +285,12 @@ class Tiers:
         backend = self._backend(i) if i is not None and wanted else None
         if backend is None or i is None or not backend.claims:
             return set()
-        from store.remote import RemoteError
-
         claiming: ClaimingTier = backend  # type: ignore[assignment]
         keys: list[str] = [k.key for k in wanted]  # type: ignore[misc]
         try:
             granted = claiming.claim_many(keys, self.token, LEASE_MS, self.contested)
-        except RemoteError as e:
-            self._fail(self.remotes[i], str(e))
+        except Exception as e:  # a remote problem never fails the link
+            self._fail(self.remotes[i], _describe(e, self.remotes[i]))
             return set()
         theirs = set()
         with self._lock:
@@ -232,8 +309,6 @@ class Tiers:
             self._renewer.start()
 
     def _renew(self) -> None:
-        from store.remote import RemoteError
-
         while not self._stop.wait(_RENEW_EVERY):
             with self._lock:
                 by_remote: dict[int, list[str]] = {}
@@ -245,8 +320,8 @@ class Tiers:
                     continue
                 try:
                     backend.renew(keys, self.token, LEASE_MS)
-                except RemoteError as e:
-                    self._fail(self.remotes[i], str(e))
+                except Exception as e:  # a remote problem never fails the link
+                    self._fail(self.remotes[i], _describe(e, self.remotes[i]))
 
     # -- uploads --------------------------------------------------------------------------
 
@@ -261,7 +336,7 @@ class Tiers:
         if k.key is not None and k.key in self._held:
             self._enqueue(k.key, upload=False)
 
-    def _enqueue(self, key: str, *, upload: bool) -> None:
+    def _enqueue(self, key: str, *, upload: bool | bytes) -> None:
         with self._wake:
             self._queue.append((key, upload))
             self._wake.notify()
@@ -276,6 +351,8 @@ class Tiers:
             with self._wake:
                 while not self._queue:
                     self._wake.wait()
+                if None not in self._queue:
+                    self._wake.wait(_GATHER)  # let results finishing together share a trip
                 batch, self._queue = self._queue, []
             done = None in batch
             items = [item for item in batch if item is not None]
@@ -283,15 +360,14 @@ class Tiers:
                 self._upload_batch(items)
             except Exception as e:  # a bug here must not hang or fail the link
                 for remote in self.remotes:
-                    self._fail(remote, f"upload failed ({type(e).__name__}: {e})")
+                    self._fail(remote, f"upload failed ({_describe(e, remote)})")
 
-    def _upload_batch(self, items: list[tuple[str, bool]]) -> None:
+    def _upload_batch(self, items: list[tuple[str, bool | bytes]]) -> None:
         """Exports the entries from the local store (re-hashed) and puts them on every remote
         that may be written, releasing our claims on the way; then the claims left over."""
-        from store.remote import RemoteError
-
-        wanted = [key for key, upload in items if upload]
+        wanted = [key for key, upload in items if upload is True]
         values = dict(zip(wanted, self.store.get_many(wanted), strict=True)) if wanted else {}
+        values.update((key, what) for key, what in items if isinstance(what, bytes))
         with self._lock:
             held = {key: self._held.pop(key) for key, _ in items if key in self._held}
         for i, remote in enumerate(self.remotes):
@@ -307,15 +383,17 @@ class Tiers:
             try:
                 if puts:  # releasing a claim that is not ours is a no-op: the token differs
                     backend.put_many(puts, self.token if releases else None)
-                    self.counters["remote_uploads"] += len(puts)
+                    results = sum(1 for key, _ in puts if not key.startswith("memo-"))
+                    self.counters["remote_uploads"] += results
+                    self.counters["remote_memo_uploads"] += len(puts) - results
                     self.counters["remote_bytes_uploaded"] += sum(len(v) for _, v in puts)
                 put_keys = {key for key, _ in puts}
                 rest = [key for key in releases if key not in put_keys]
                 if rest:
                     claiming: ClaimingTier = backend  # type: ignore[assignment]
                     claiming.release(rest, self.token)
-            except RemoteError as e:
-                self._fail(remote, str(e))
+            except Exception as e:  # a remote problem never fails the link
+                self._fail(remote, _describe(e, remote))
 
     # -- the end of the link --------------------------------------------------------------
 
@@ -338,5 +416,6 @@ class Tiers:
             if remote.backend is not None:
                 self.counters["remote_round_trips"] += remote.backend.round_trips
                 self.log.detail(f"remote {remote.url}: {remote.backend.round_trips} round trips")
-                remote.backend.close()
+                with contextlib.suppress(Exception):
+                    remote.backend.close()
         return self.counters

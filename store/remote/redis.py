@@ -14,6 +14,7 @@ uploads use the redis package, imported when first needed (the link compiles the
 from __future__ import annotations
 
 import contextlib
+import threading
 from urllib.parse import unquote, urlsplit
 
 from . import RemoteError, password, redact
@@ -70,6 +71,7 @@ class RedisStorage:
         self._secret = password(unquote(parts.password) if parts.password else None) or ""
         self._resp: Connection | None = None
         self._client: redis.Redis | None = None
+        self._lock = threading.Lock()
 
     def _describe(self, error: BaseException) -> str:
         if isinstance(error, TimeoutError) or type(error).__name__ == "TimeoutError":
@@ -122,6 +124,10 @@ class RedisStorage:
     # -- claims and uploads, over the redis package ----------------------------------------
 
     def _pipeline(self) -> redis.client.Pipeline:
+        with self._lock:  # one client for every thread: a second one, dropped, would close
+            return self._client_locked().pipeline(transaction=False)  # the first's sockets
+
+    def _client_locked(self) -> redis.Redis:
         if self._client is None:
             import redis
             from redis.backoff import NoBackoff
@@ -136,7 +142,7 @@ class RedisStorage:
                 )  # fmt: skip
             except (ValueError, redis.RedisError) as e:
                 raise RemoteError(self._describe(e)) from None
-        return self._client.pipeline(transaction=False)
+        return self._client
 
     def _run(self, pipe: redis.client.Pipeline) -> list[object]:
         import redis
@@ -144,7 +150,7 @@ class RedisStorage:
         self.round_trips += 1
         try:
             results: list[object] = pipe.execute(raise_on_error=False)
-        except (redis.RedisError, OSError) as e:
+        except (redis.RedisError, OSError, ValueError) as e:
             raise RemoteError(self._describe(e)) from None
         return results
 
