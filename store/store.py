@@ -202,37 +202,37 @@ class Store:
         return values
 
     def put_many(self, items: Sequence[tuple[str, bytes]], release: str | None = None) -> None:
-        """Imports entries from another tier; a value that does not decode is skipped. (The
-        disk store's claims are its own: ``release`` is for claiming tiers and ignored.)"""
+        """Imports entries from another tier, in one index transaction; a value that does
+        not decode is skipped. (The disk store's claims are its own: ``release`` is for
+        claiming tiers and ignored.)"""
         from . import entry
 
-        for key, value in items:
-            decoded = entry.decode(value)
-            if decoded is not None:
-                self.put_decoded(key, *decoded)
-
-    def put_decoded(
-        self, key: str, outputs: Mapping[str, tuple[str, bytes]], meta: Mapping[str, Any]
-    ) -> bool:
-        """Records an entry whose outputs (role -> (digest, bytes)) were just verified."""
         index = self._index
-        if index is None or not valid_key(key) or not outputs:
-            return False
+        if index is None:
+            return
         try:
-            refs: dict[str, tuple[str, int]] = {}
+            rows: list[tuple[str, str]] = []
             new_bytes = 0
-            for role, (digest, data) in outputs.items():
-                size, new = self._blobs.ingest_bytes(data, digest)
-                refs[role] = (digest, size)
-                if new:
-                    new_bytes += size
-            index.set_entry(key, Manifest(key, refs, {**meta, "created": time.time()}).encode())
+            for key, value in items:
+                decoded = entry.decode(value) if valid_key(key) else None
+                if decoded is None:
+                    continue
+                outputs, meta = decoded
+                refs: dict[str, tuple[str, int]] = {}
+                for role, (digest, data) in outputs.items():
+                    size, new = self._blobs.ingest_bytes(data, digest)
+                    refs[role] = (digest, size)
+                    new_bytes += size if new else 0
+                manifest = Manifest(key, refs, {**meta, "created": time.time()})
+                rows.append((key, manifest.encode()))
+            if not rows:
+                return
+            index.set_entries(rows)  # blobs first, entries last, as in put()
         except Exception as error:
             self._fail("cannot store in the cache", error)
-            return False
-        self._count(stores=1, bytes_stored=new_bytes, size=new_bytes)
+            return
+        self._count(stores=len(rows), bytes_stored=new_bytes, size=new_bytes)
         self._maybe_evict()
-        return True
 
     # -- writing ------------------------------------------------------------------------
 
@@ -453,6 +453,16 @@ class Store:
             return
         try:
             index.set_memo(namespace, key, str(value))
+        except Exception as error:
+            self._fail("cannot write the cache memo", error)
+
+    def memo_put_many(self, namespace: str, items: Sequence[tuple[str, str]]) -> None:
+        """Remember several small strings in one transaction."""
+        index = self._index
+        if index is None or not items:
+            return
+        try:
+            index.set_memos(namespace, [(k, str(v)) for k, v in items])
         except Exception as error:
             self._fail("cannot write the cache memo", error)
 

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     class Memo(Protocol):
         def memo_get(self, namespace: str, key: str) -> str | None: ...
         def memo_put(self, namespace: str, key: str, value: str) -> None: ...
+        def memo_put_many(self, namespace: str, items: Sequence[tuple[str, str]]) -> None: ...
 
     class SharedMemo(Protocol):
         """A memo other machines share (the remote tier): batched, best effort."""
@@ -110,7 +111,7 @@ class ShardKeys:
                 if found is not None:
                     self.digests[index] = found
                     self.memoized += 1
-                    self.memo.memo_put("shard", memo_key, found)
+            self.memo.memo_put_many("shard", list(known.items()))
             todo = [t for t in todo if t[1] not in known]
         decoded = self._decode_all(todo)
         learned = []
@@ -119,8 +120,8 @@ class ShardKeys:
             self.decoded += 1
             if not exact:
                 self.inexact += 1
-            self.memo.memo_put("shard", memo_key, digest)
             learned.append((memo_key, digest))
+        self.memo.memo_put_many("shard", learned)
         if learned and self.shared is not None:
             self.shared.memo_share("shard", learned)
 
