@@ -4,7 +4,7 @@
 #   make test   ruff, mypy --strict and the pytest suite (what .ci/run runs)
 export PATH := $(CURDIR)/.venv/bin:/usr/lib/llvm-22/bin:$(PATH)
 
-.PHONY: setup demo demo-dask test lint bench
+.PHONY: setup demo demo-remote demo-dask test lint bench
 
 setup:
 	scripts/setup
@@ -12,6 +12,11 @@ setup:
 demo: setup
 	scripts/demo
 
+# Two "machines" sharing a redis-server on a free loopback port (the remote cache tier).
+demo-remote: setup
+	scripts/demo-remote
+
+# A Dask scheduler and two workers on loopback, one unable to see the build directory.
 demo-dask: setup
 	scripts/demo-dask
 

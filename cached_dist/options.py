@@ -101,6 +101,13 @@ def _path(text: str) -> str:
     return os.path.expanduser(text)
 
 
+def _remote_urls(text: str) -> tuple[str, ...]:
+    """One or more remote storage URLs, separated by spaces; checked, never echoed whole."""
+    from store.remote import check_url
+
+    return tuple(check_url(url) for url in text.split())
+
+
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
@@ -188,6 +195,13 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "tcp://host:8786 (needs cached-dist[dask])", _address, "ADDRESS"),
     OptionSpec("dask-timeout", "longest wait for a link's jobs on Dask; the rest compile here "
                "(default: 900)", _seconds, "SECONDS"),
+    OptionSpec("remote-storage", "remote cache tier(s) after the local one: redis://, rediss://, "
+               "http://, https:// URLs, space-separated", _remote_urls, "URL"),
+    OptionSpec("remote-read-only", "read the remote tier but never write to it (nor claim)"),
+    OptionSpec("remote-connect-timeout", "seconds to connect to a remote (default: 0.1)",
+               _seconds, "SECONDS"),
+    OptionSpec("remote-timeout", "seconds a remote operation may take (default: 2)", _seconds,
+               "SECONDS"),
     OptionSpec("config", "TOML config file (default: $XDG_CONFIG_HOME/cached-dist/config.toml)",
                _path, "FILE"),
 )  # fmt: skip
@@ -213,6 +227,10 @@ class Options:
         group_shared: bool = False,
         verify_hits: float = 0.0,
         compiler_check: str = "content",
+        remote_storage: tuple[str, ...] = (),
+        remote_read_only: bool = False,
+        remote_connect_timeout: float = 0.1,
+        remote_timeout: float = 2.0,
         config: str = "",
         dask_scheduler: str = "",  # "": no Dask runner
         dask_timeout: float = DEFAULT_DASK_TIMEOUT,
@@ -230,6 +248,10 @@ class Options:
         self.group_shared = group_shared
         self.verify_hits = verify_hits
         self.compiler_check = compiler_check
+        self.remote_storage = remote_storage
+        self.remote_read_only = remote_read_only
+        self.remote_connect_timeout = remote_connect_timeout
+        self.remote_timeout = remote_timeout
         self.config = config
         self.dask_scheduler = dask_scheduler
         self.dask_timeout = dask_timeout
@@ -327,6 +349,10 @@ def _config_value(spec: OptionSpec, value: object) -> Any:
         if not isinstance(value, bool):
             raise ValueError(f"expected true or false, got {value!r}")
         return value
+    if spec.name == "remote-storage" and isinstance(value, list):
+        if not all(isinstance(v, str) for v in value):
+            raise ValueError("expected a list of URLs")
+        value = " ".join(value)
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         raise ValueError(f"expected a string or number, got {value!r}")
     return spec.convert(str(value))

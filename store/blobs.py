@@ -91,7 +91,29 @@ class Blobs:
             unlink_quietly(tmp_path)
             raise
         os.close(tmp_fd)
-        digest = hasher.hexdigest()
+        return self._publish(tmp_path, hasher.hexdigest(), size)
+
+    def ingest_bytes(self, data: bytes, digest: str) -> tuple[int, bool]:
+        """Store ``data`` whose XXH3-128 ``digest`` the caller has just checked (an entry
+        imported from another tier); return (size, newly stored)."""
+        try:
+            fd = self._open_temp()
+        except FileNotFoundError:
+            self._modes.makedirs(self.tmp)
+            fd = self._open_temp()
+        tmp_fd, tmp_path = fd
+        try:
+            write_all(tmp_fd, data)
+            self._modes.fix_file(tmp_fd)
+        except BaseException:
+            os.close(tmp_fd)
+            unlink_quietly(tmp_path)
+            raise
+        os.close(tmp_fd)
+        return self._publish(tmp_path, digest, len(data))[1:]
+
+    def _publish(self, tmp_path: str, digest: str, size: int) -> tuple[str, int, bool]:
+        """Rename a finished temporary blob into place (or drop it: already stored)."""
         final = self.path(digest)
         try:
             if os.stat(final).st_size == size:

@@ -159,6 +159,16 @@ class Index:
     def set_entry(self, key: str, text: str) -> None:
         self._run(lambda c: c.set(_ENTRY + key, text))
 
+    def set_entries(self, items: list[tuple[str, str]]) -> None:
+        """Several entries in one transaction (one commit, not one per entry)."""
+
+        def write(c: diskcache.Cache) -> None:
+            with c.transact():
+                for key, text in items:
+                    c.set(_ENTRY + key, text)
+
+        self._run(write)
+
     def drop_entry(self, key: str) -> None:
         self._run(lambda c: c.delete(_ENTRY + key))
 
@@ -167,6 +177,14 @@ class Index:
 
     def set_memo(self, namespace: str, key: str, value: str) -> None:
         self._run(lambda c: c.set(f"{_MEMO}{namespace}:{key}", value))
+
+    def set_memos(self, namespace: str, items: list[tuple[str, str]]) -> None:
+        def write(c: diskcache.Cache) -> None:
+            with c.transact():
+                for key, value in items:
+                    c.set(f"{_MEMO}{namespace}:{key}", value)
+
+        self._run(write)
 
     def entries(self) -> Iterator[tuple[str, Any]]:
         """All (action key, raw manifest) pairs; for maintenance passes, not the hot path."""

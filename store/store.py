@@ -15,7 +15,7 @@ from .problems import Problems
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Mapping, Sequence
     from typing import Any
 
     from .maintenance import VerifyReport
@@ -39,7 +39,13 @@ class Store:
     Blobs are files named by their XXH3-128 digest; the index (diskcache) maps action keys to
     manifests. Reads take no lock; every byte served is re-hashed. Problems (damaged index,
     read-only or full disk, permissions) are reported once through `warn` and turn into misses.
+
+    It is also the first tier of the storage protocol (store/tier.py): get_many and put_many
+    move whole entries in and out as byte values, for remote tiers behind it.
     """
+
+    claims = False  # single-flight here is per machine: see claim()
+    round_trips = 0
 
     def __init__(
         self,
@@ -171,6 +177,62 @@ class Store:
                 index.drop_entry(key)
             except Exception as error:
                 self._fail("cannot update the cache index", error)
+
+    # -- the storage protocol (store/tier.py) ----------------------------------------------
+
+    def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
+        """Each key's entry as one value (store.entry), for another tier; None for a miss or
+        an entry whose blobs are gone or damaged (re-hashed as they are encoded)."""
+        from . import entry
+
+        values: list[bytes | None] = []
+        for key in keys:
+            manifest = self.get(key)
+            value = None
+            if manifest is not None:
+                try:
+                    data: dict[str, bytes] = {}
+                    for role, (digest, _) in manifest.outputs.items():
+                        with open(self._blobs.path(digest), "rb") as f:
+                            data[role] = f.read()
+                    value = entry.encode(data, manifest.meta, manifest.outputs)
+                except (OSError, ValueError):
+                    value = None  # evicted meanwhile, or a damaged blob: a miss
+            values.append(value)
+        return values
+
+    def put_many(self, items: Sequence[tuple[str, bytes]], release: str | None = None) -> None:
+        """Imports entries from another tier, in one index transaction; a value that does
+        not decode is skipped. (The disk store's claims are its own: ``release`` is for
+        claiming tiers and ignored.)"""
+        from . import entry
+
+        index = self._index
+        if index is None:
+            return
+        try:
+            rows: list[tuple[str, str]] = []
+            new_bytes = 0
+            for key, value in items:
+                decoded = entry.decode(value) if valid_key(key) else None
+                if decoded is None:
+                    continue
+                outputs, meta = decoded
+                refs: dict[str, tuple[str, int]] = {}
+                for role, (digest, data) in outputs.items():
+                    size, new = self._blobs.ingest_bytes(data, digest)
+                    refs[role] = (digest, size)
+                    new_bytes += size if new else 0
+                manifest = Manifest(key, refs, {**meta, "created": time.time()})
+                rows.append((key, manifest.encode()))
+            if not rows:
+                return
+            index.set_entries(rows)  # blobs first, entries last, as in put()
+        except Exception as error:
+            self._fail("cannot store in the cache", error)
+            return
+        self._count(stores=len(rows), bytes_stored=new_bytes, size=new_bytes)
+        self._maybe_evict()
 
     # -- writing ------------------------------------------------------------------------
 
@@ -395,6 +457,16 @@ class Store:
             return
         try:
             index.set_memo(namespace, key, str(value))
+        except Exception as error:
+            self._fail("cannot write the cache memo", error)
+
+    def memo_put_many(self, namespace: str, items: Sequence[tuple[str, str]]) -> None:
+        """Remember several small strings in one transaction."""
+        index = self._index
+        if index is None or not items:
+            return
+        try:
+            index.set_memos(namespace, [(k, str(v)) for k, v in items])
         except Exception as error:
             self._fail("cannot write the cache memo", error)
 

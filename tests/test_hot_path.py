@@ -13,7 +13,10 @@ pytestmark = [requires_toolchain, pytest.mark.e2e]
 # Each costs milliseconds to import and a full hit has no use for it.
 HEAVY = ("dataclasses", "typing", "inspect", "filelock", "psutil", "subprocess", "asyncio",
          "concurrent.futures", "multiprocessing", "signal", "tomllib", "argparse",
-         "cached_dist.runners", "cached_dist.bitcode.shard", "store.lease")  # fmt: skip
+         "cached_dist.runners", "cached_dist.bitcode.shard", "store.lease",
+         # the remote tier, which a link without --remote-storage never touches
+         "cached_dist.link.tiers", "store.remote", "store.entry", "redis", "http.client",
+         "socket", "ssl")  # fmt: skip
 
 
 def imported(stderr: str) -> set[str]:

@@ -31,6 +31,13 @@ if TYPE_CHECKING:
     class Memo(Protocol):
         def memo_get(self, namespace: str, key: str) -> str | None: ...
         def memo_put(self, namespace: str, key: str, value: str) -> None: ...
+        def memo_put_many(self, namespace: str, items: Sequence[tuple[str, str]]) -> None: ...
+
+    class SharedMemo(Protocol):
+        """A memo other machines share (the remote tier): batched, best effort."""
+
+        def memo_many(self, namespace: str, keys: Sequence[str]) -> dict[str, str]: ...
+        def memo_share(self, namespace: str, items: Sequence[tuple[str, str]]) -> None: ...
 
 
 def spellings(path: str, memo: dict[str, tuple[str, ...]]) -> tuple[str, ...]:
@@ -67,8 +74,9 @@ def _decode(data: bytes, mapping: dict[str, str]) -> tuple[str, bool]:
 class ShardKeys:
     """Computes every job's shard digest for one link up front; then serves them to the key."""
 
-    def __init__(self, memo: Memo, parallel: int) -> None:
+    def __init__(self, memo: Memo, parallel: int, shared: SharedMemo | None = None) -> None:
         self.memo = memo
+        self.shared = shared  # asked, in one batch, for what the local memo lacks
         self.parallel = max(1, parallel)
         self.digests: dict[int, str] = {}
         self.decoded = 0  # shards decoded in this link
@@ -96,13 +104,26 @@ class ShardKeys:
                 self.memoized += 1
                 continue
             todo.append((job.index, memo_key, data, mapping))
+        if todo and self.shared is not None:
+            known = self.shared.memo_many("shard", [t[1] for t in todo])
+            for index, memo_key, _, _ in todo:
+                found = known.get(memo_key)
+                if found is not None:
+                    self.digests[index] = found
+                    self.memoized += 1
+            self.memo.memo_put_many("shard", list(known.items()))
+            todo = [t for t in todo if t[1] not in known]
         decoded = self._decode_all(todo)
+        learned = []
         for (index, memo_key, _, _), (digest, exact) in zip(todo, decoded, strict=True):
             self.digests[index] = digest
             self.decoded += 1
             if not exact:
                 self.inexact += 1
-            self.memo.memo_put("shard", memo_key, digest)
+            learned.append((memo_key, digest))
+        self.memo.memo_put_many("shard", learned)
+        if learned and self.shared is not None:
+            self.shared.memo_share("shard", learned)
 
     def __call__(self, job: Job, digests: Digests) -> str:
         """The :data:`cached_dist.keys.key.ShardDigest` for jobs given to :meth:`prepare`."""

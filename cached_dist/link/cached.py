@@ -9,6 +9,10 @@ died. No link waits while holding a claim, so links cannot deadlock.
 
 A cache problem never fails a link: the store degrades to misses, and a job whose key cannot
 be computed is simply compiled and not stored.
+
+With ``--remote-storage``, a ``Tiers`` object (link/tiers.py) stands behind the local store:
+the link hands it the local misses (one batch), the keys it claimed (one batch), each stored
+result and each released claim; everything remote is contained there.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from .summary import Progress, Summary
 TYPE_CHECKING = False  # typing and dataclasses cost ~15 ms of a ~100 ms cache hit
 if TYPE_CHECKING:
     from collections.abc import Sequence
+    from typing import Any
 
     from store import Claim, Store
 
@@ -31,6 +36,7 @@ if TYPE_CHECKING:
     from ..log import Log
     from ..options import Options
     from ..runners import Result
+    from .tiers import Tiers
 
 # Longest time one link waits, in total, for other links' compilations of keys it needs;
 # past it the remaining jobs are compiled here. Dead holders are detected in about a second.
@@ -60,8 +66,12 @@ def open_store(options: Options, log: Log) -> Store | None:
 
 
 class CachedLink:
-    def __init__(self, job_file: JobFile, options: Options, log: Log, store: Store) -> None:
+    def __init__(
+        self, job_file: JobFile, options: Options, log: Log, store: Store,
+        tiers: Tiers | None = None,
+    ) -> None:  # fmt: skip
         self.job_file = job_file
+        self.tiers = tiers  # the remote tiers, None without --remote-storage
         self.options = options
         self.log = log
         self.store = store
@@ -98,6 +108,26 @@ class CachedLink:
         self.progress.update()
         return True
 
+    def served_remotely(self, k: Keyed, size: int, meta: dict[str, Any]) -> None:
+        """Accounts a hit a remote tier wrote out, as serve() does a local one."""
+        self.summary.hits += 1
+        self.summary.remote_hits += 1
+        self.bytes_served += size
+        duration, wall, printed = meta.get("duration"), meta.get("wall"), meta.get("diagnostics")
+        if isinstance(duration, int | float):
+            self.time_saved += duration
+        if isinstance(wall, int | float):
+            self.wall_saved += wall
+        if printed and isinstance(printed, str):
+            self.log.passthrough(os.path.basename(k.job.module), printed)
+        self.progress.update()
+
+    def fetch_remote(self, misses: list[Keyed], first: bool) -> list[Keyed]:
+        """Serves from the remote tiers what they hold; returns what is still missing."""
+        if self.tiers is None or not misses:
+            return misses
+        return self.tiers.fetch(misses, self.served_remotely, first=first)
+
     def compile(self, batch: Sequence[Keyed], claims: dict[int, Claim]) -> None:
         """Compiles ``batch``; each job is stored and its claim released as it finishes.
         Raises JobsFailedError if some are still without outputs afterwards."""
@@ -129,11 +159,13 @@ class CachedLink:
                     k.key, output_roles(k.job), duration=result.seconds,
                     toolchain=k.toolchain, key_version=KEY_FORMAT, meta=meta,
                 )  # fmt: skip
+                if self.tiers is not None:
+                    self.tiers.stored(k)
             claim = claims.pop(k.job.index, None)
             if claim is not None:
                 claim.release()
             self.summary.compiled += 1
-            self.summary.remote += result.remote
+            self.summary.compiled_remotely += result.remote
             self.progress.update()
 
         try:
@@ -144,6 +176,8 @@ class CachedLink:
                 claim = claims.pop(k.job.index, None)
                 if claim is not None:
                     claim.release()
+                if self.tiers is not None:
+                    self.tiers.release(k)
         self.summary.fallback += outcome.fallback
         raise_failures(outcome.failures)
 
@@ -158,24 +192,43 @@ class CachedLink:
                                              self.store))  # fmt: skip
             self.summary.verified = self.counters.get("hits_verified", 0)
             self.summary.mismatches = self.counters.get("hit_mismatches", 0)
-        mine, theirs = [], []
+        misses = self.fetch_remote(misses, first=True)
         claims: dict[int, Claim] = {}
         try:
-            for k in misses:
-                verdict = self.try_claim(k, claims)
-                if verdict == "mine":
-                    mine.append(k)
-                elif verdict == "theirs":
-                    theirs.append(k)
+            mine, theirs = self.claim_all(misses, claims)
             self.compile(mine, claims)
         finally:
             for claim in claims.values():
                 claim.release()
         self.await_others(theirs)
 
+    def claim_all(
+        self, ks: list[Keyed], claims: dict[int, Claim], how: str = "local cache"
+    ) -> tuple[list[Keyed], list[Keyed]]:
+        """Claims ``ks`` locally, then what this link won on the remote tier (one batch):
+        (mine, theirs); served keys are in neither."""
+        mine, theirs = [], []
+        for k in ks:
+            verdict = self.try_claim(k, claims, how)
+            if verdict == "mine":
+                mine.append(k)
+            elif verdict == "theirs":
+                theirs.append(k)
+        if self.tiers is not None and mine:
+            elsewhere = self.tiers.claim(mine)
+            if elsewhere:
+                for k in mine:
+                    if k.job.index in elsewhere:
+                        claim = claims.pop(k.job.index, None)
+                        if claim is not None:
+                            claim.release()
+                        theirs.append(k)
+                mine = [k for k in mine if k.job.index not in elsewhere]
+        return mine, theirs
+
     def try_claim(self, k: Keyed, claims: dict[int, Claim], how: str = "local cache") -> str:
-        """Whose job it is: "mine" (compile it here), "theirs" (another link is compiling
-        it) or "served" (stored meanwhile, and now written out)."""
+        """Whose job it is: "mine" (compile it here), "theirs" (another link or machine is
+        compiling it) or "served" (stored meanwhile, and now written out)."""
         if k.key is None:
             return "mine"
         claim = self.store.claim(k.key, wait=0)
@@ -196,19 +249,15 @@ class CachedLink:
         deadline = started + WAIT_BOUND
         poll = _POLL_MIN
         while theirs:
-            waiting, mine = [], []
             claims: dict[int, Claim] = {}
             try:
-                for k in theirs:
-                    how = f"after waiting {time.monotonic() - started:.1f} s for another link"
-                    verdict = self.try_claim(k, claims, how)
-                    if verdict == "theirs":
-                        waiting.append(k)
-                    elif verdict == "mine":
-                        mine.append(k)
-                    else:
-                        self.summary.waited += 1
-                        self.summary.wait_seconds = time.monotonic() - started
+                how = f"after waiting {time.monotonic() - started:.1f} s for another link"
+                before = self.summary.hits
+                mine, waiting = self.claim_all(self.fetch_remote(theirs, first=False), claims,
+                                               how)  # fmt: skip
+                if self.summary.hits > before:
+                    self.summary.waited += self.summary.hits - before
+                    self.summary.wait_seconds = time.monotonic() - started
                 self.compile(mine, claims)
             finally:
                 for claim in claims.values():
@@ -242,8 +291,13 @@ def run_cached(job_file: JobFile, options: Options, log: Log) -> Summary:
         from .dispatch import run_plain
 
         return run_plain(job_file, options, log)
-    link = CachedLink(job_file, options, log, store)
-    shard_keys = ShardKeys(store, options.jobs)
+    tiers = None
+    if options.remote_storage:
+        from .tiers import Tiers
+
+        tiers = Tiers(options, log, store)
+    link = CachedLink(job_file, options, log, store, tiers)
+    shard_keys = ShardKeys(store, options.jobs, tiers)
     keyed: list[Keyed] = []
     try:
         try:
@@ -262,6 +316,7 @@ def run_cached(job_file: JobFile, options: Options, log: Log) -> Summary:
         link.run(keyed)
     finally:
         link.progress.finish()
+        remote = tiers.finish() if tiers is not None else {}
         counters = {
             "shards_decoded": shard_keys.decoded,
             "shards_memoized": shard_keys.memoized,
@@ -269,6 +324,7 @@ def run_cached(job_file: JobFile, options: Options, log: Log) -> Summary:
             "jobs_not_cacheable": sum(1 for k in keyed if k.key is None),
             "wall_saved_us": round(link.wall_saved * 1e6),
             **link.counters,
+            **remote,
         }
         store.record(
             hits=link.summary.hits, misses=link.summary.compiled, time_saved=link.time_saved,

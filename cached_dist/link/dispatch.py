@@ -130,5 +130,5 @@ def run_plain(job_file: JobFile, options: Options, log: Log) -> Summary:
     outcome = dispatch(job_file, job_file.jobs, options, log, count)
     raise_failures(outcome.failures)
     summary = Summary(len(job_file.jobs), 0, outcome.compiled, outcome.fallback)
-    summary.remote = len(remote)
+    summary.compiled_remotely = len(remote)
     return summary

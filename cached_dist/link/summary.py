@@ -16,27 +16,31 @@ _PLAIN_EVERY = 5.0  # at most this often as plain lines (--progress on a pipe)
 class Summary:
     """Counts by kind of work; ``line`` names only the kinds that happened."""
 
-    __slots__ = ("compiled", "fallback", "hits", "jobs", "mismatches", "remote", "verified",
-                 "wait_seconds", "waited")  # fmt: skip
+    __slots__ = ("compiled", "compiled_remotely", "fallback", "hits", "jobs", "mismatches",
+                 "remote_hits", "verified", "wait_seconds", "waited")  # fmt: skip
 
     def __init__(self, jobs: int, hits: int = 0, compiled: int = 0, fallback: int = 0) -> None:
         self.jobs = jobs
-        self.hits = hits  # every job served from a cache, including after waiting
+        self.hits = hits  # every job served from a cache (any tier), including after waiting
+        self.remote_hits = 0  # of those, served by a remote tier (--remote-storage)
         self.waited = 0  # of those, served after waiting for another link's compile
         self.wait_seconds = 0.0
         self.compiled = compiled  # including those compiled locally after the runner failed
         self.fallback = fallback
-        self.remote = 0  # of those compiled, how many on other machines (Dask workers)
+        self.compiled_remotely = 0  # of those compiled, how many on other machines (Dask workers)
         self.verified = 0  # hits recompiled by --verify-hits
         self.mismatches = 0
 
     def line(self, elapsed: float) -> str:
-        hits = f"{self.hits} hits"
+        how = []
+        if self.remote_hits:
+            how.append(f"{self.remote_hits} from the remote")
         if self.waited:
-            hits += f" ({self.waited} after waiting {self.wait_seconds:.1f} s for other links)"
+            how.append(f"{self.waited} after waiting {self.wait_seconds:.1f} s for other links")
+        hits = f"{self.hits} hits" + (f" ({', '.join(how)})" if how else "")
         compiled = f"{self.compiled - self.fallback} compiled"
-        if self.remote:
-            compiled += f" ({self.remote} remotely)"
+        if self.compiled_remotely:
+            compiled += f" ({self.compiled_remotely} remotely)"
         parts = [f"{self.jobs} jobs: {hits}", compiled]
         if self.fallback:
             parts.append(f"{self.fallback} fallback")
@@ -70,7 +74,7 @@ class Progress:
         self.last = now
         s = self.summary
         done = s.hits + s.compiled
-        remote = f", {s.remote} remotely" if s.remote else ""
+        remote = f", {s.compiled_remotely} remotely" if s.compiled_remotely else ""
         text = (f"{done}/{s.jobs} jobs done ({s.hits} hits, {s.compiled} compiled{remote}), "
                 f"{now - self.started:.0f} s")  # fmt: skip
         if self.terminal:

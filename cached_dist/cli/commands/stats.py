@@ -13,7 +13,10 @@ from . import human_size, open_store, options_for
 # Counters cached-dist keeps in the store beside the store's own (see link.cached.run_cached).
 EXTRA = ("shards_decoded", "shards_memoized", "shards_not_canonical", "jobs_not_cacheable",
          "hits_verified",
-         "hit_mismatches", "hits_unverifiable", "wall_saved_us")  # fmt: skip
+         "hit_mismatches", "hits_unverifiable", "wall_saved_us",
+         # the remote tier (link.tiers): hits counts both tiers, remote_hits the remote's share
+         "remote_hits", "remote_misses", "remote_errors", "remote_corrupt", "remote_uploads",
+         "remote_bytes_downloaded", "remote_bytes_uploaded", "remote_round_trips")  # fmt: skip
 
 
 def main(args: list[str]) -> int:
@@ -27,6 +30,7 @@ def main(args: list[str]) -> int:
     lookups = stats["hits"] + stats["misses"]
     stats["hit_rate"] = stats["hits"] / lookups if lookups else 0.0
     stats["wall_saved"] = stats.pop("wall_saved_us") / 1e6
+    stats["local_hits"] = stats["hits"] - stats["remote_hits"]
     stats["cache_dir"] = options.cache_dir  # type: ignore[assignment]
     if as_json:
         print(json.dumps(stats, indent=1, sort_keys=True))
@@ -36,6 +40,14 @@ def main(args: list[str]) -> int:
         ("hits", stats["hits"]),
         ("misses", stats["misses"]),
         ("hit rate", f"{100 * stats['hit_rate']:.1f} %"),
+        ("  local hits", stats["local_hits"]),
+        ("  remote hits", stats["remote_hits"]),
+        ("remote misses", stats["remote_misses"]),
+        ("remote errors", stats["remote_errors"]),
+        ("remote corrupt", stats["remote_corrupt"]),
+        ("remote uploads", stats["remote_uploads"]),
+        ("bytes downloaded", human_size(stats["remote_bytes_downloaded"])),
+        ("bytes uploaded", human_size(stats["remote_bytes_uploaded"])),
         ("entries", stats["entries"]),
         ("size", f"{human_size(stats['size'])} of {human_size(stats['max_size'])}"),
         ("stores", stats.get("stores", 0)),

@@ -1,0 +1,424 @@
+"""Remote tiers behind the local store: one batched lookup per link, uploads beside the link.
+
+The chain is local store -> each ``--remote-storage`` URL in order. Local misses are looked
+up in the remotes in one batch per remote (a Redis MGET, or concurrent GETs on kept-alive HTTP
+connections); a remote value is re-hashed as it is decoded, written to the job's outputs and
+promoted into the local store, so the next link hits locally. Results compiled here are
+uploaded (unless read-only) by one background thread, each the moment its job is stored, so
+the link does not wait for the network while it still compiles; the thread is joined, with a
+bound, when the link ends.
+
+Cross-machine single-flight: on the first remote that supports claims (Redis), a key this link
+claimed locally is also claimed remotely (``SET NX PX``), in one batch; a claim held by
+another machine makes the key "theirs" (polled like a key another local link compiles). Held
+claims are renewed by a small thread and released with the upload of their value.
+
+A remote never fails a link: its first error or timeout marks it failed for the rest of the
+link, with one warning, counted as ``remote_errors``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import threading
+import time
+
+from ..keys.key import KEY_FORMAT
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from typing import Any
+
+    from store import Store
+    from store.tier import ClaimingTier, Tier
+
+    from ..keys.compute import Keyed
+    from ..log import Log
+    from ..options import Options
+
+#: A remote claim's lease; a machine that died holding it is taken over after this long.
+LEASE_MS = 15_000
+_RENEW_EVERY = LEASE_MS / 3000
+#: Longest the end of a link waits for uploads still in flight (each is also bounded by
+#: --remote-timeout, and a timeout drops the remote for the rest).
+UPLOAD_BOUND = 30.0
+#: How long the uploader waits for more results before a round trip (uploads batch up).
+_GATHER = 0.02
+
+
+_MEMO = b"CDM1"  # a remote memo value: this, then the remembered text (a shard digest)
+_MEMO_TEXT = re.compile(r"(canon|raw):[0-9a-f]{32}")
+
+
+def _memo_key(namespace: str, key: str) -> str:
+    return f"memo-{KEY_FORMAT}-{namespace}-{key}"
+
+
+def _memo_text(value: bytes | None) -> str | None:
+    """The remembered text if ``value`` is a well-formed memo value, else None (a miss)."""
+    if value is None or not value.startswith(_MEMO):
+        return None
+    text = value[len(_MEMO) :].decode("ascii", "replace")
+    return text if _MEMO_TEXT.fullmatch(text) else None
+
+
+def _describe(error: Exception, remote: Remote) -> str:
+    """A RemoteError's own (redacted) message; anything else, by type, password removed."""
+    from store.remote import RemoteError
+
+    if isinstance(error, RemoteError):
+        return str(error)
+    return remote.hide(f"{type(error).__name__}: {error}")
+
+
+def output_roles(k: Keyed) -> dict[str, str]:
+    return {f"output{i}": path for i, path in enumerate(k.job.outputs)}
+
+
+class Remote:
+    """One configured remote, opened on first use; ``failed`` once it erred in this link."""
+
+    __slots__ = ("_secret", "backend", "failed", "url")
+
+    def __init__(self, url: str) -> None:
+        from store.remote import redact
+
+        self.url = redact(url)
+        self.backend: Tier | None = None
+        self.failed = False
+        self._secret = _password(url)
+
+    def hide(self, text: str) -> str:
+        """``text`` without this remote's password (for messages about unexpected errors)."""
+        return text.replace(self._secret, "***") if self._secret else text
+
+
+def _password(url: str) -> str:
+    from urllib.parse import unquote, urlsplit
+
+    from store.remote import password
+
+    try:
+        given = urlsplit(url).password
+    except ValueError:
+        return ""
+    return password(unquote(given) if given else None) or ""
+
+
+class Tiers:
+    """The remotes of one link and what the link did with them (the ``remote_*`` counters)."""
+
+    def __init__(self, options: Options, log: Log, store: Store) -> None:
+        self._urls = list(options.remote_storage)
+        self.remotes = [Remote(url) for url in self._urls]
+        self.read_only = options.remote_read_only
+        self.connect_timeout = options.remote_connect_timeout
+        self.timeout = options.remote_timeout
+        self.log = log
+        self.store = store
+        self.token = f"{os.uname().nodename}:{os.getpid()}:{os.urandom(8).hex()}"
+        self.counters = dict.fromkeys(
+            ("remote_hits", "remote_misses", "remote_errors", "remote_corrupt",
+             "remote_uploads", "remote_bytes_downloaded", "remote_bytes_uploaded",
+             "remote_round_trips", "remote_memo_hits", "remote_memo_uploads"), 0,
+        )  # fmt: skip
+        self._held: dict[str, int] = {}  # key -> index of the remote holding our claim on it
+        #: Keys whose remote value this link could not use (damaged): claimed regardless.
+        self.contested: set[str] = set()
+        self._lock = threading.Lock()
+        self._opening = threading.Lock()
+        #: (key, upload it? or the value itself); None: the link ended.
+        self._queue: list[tuple[str, bool | bytes] | None] = []
+        self._wake = threading.Condition(self._lock)
+        self._uploader: threading.Thread | None = None
+        self._renewer: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    # -- remotes --------------------------------------------------------------------------
+
+    def _backend(self, i: int) -> Tier | None:
+        remote = self.remotes[i]
+        if remote.failed:
+            return None
+        with self._opening:  # the link and the uploader share one backend per remote
+            if remote.backend is None:
+                from store.remote import open_remote
+
+                try:
+                    remote.backend = open_remote(
+                        self._urls[i], connect_timeout=self.connect_timeout, timeout=self.timeout
+                    )
+                except Exception as e:  # a remote problem never fails the link
+                    self._fail(remote, _describe(e, remote))
+                    return None
+            return remote.backend
+
+    def _fail(self, remote: Remote, message: str) -> None:
+        with self._lock:
+            if remote.failed:
+                return
+            remote.failed = True
+            self.counters["remote_errors"] += 1
+        self.log.warn(f"remote {remote.url}: {message}; continuing without it")
+
+    def _claims_remote(self) -> int | None:
+        """Index of the remote that carries claims (the first that can), or None."""
+        if self.read_only:
+            return None  # read-only clients write nothing, claims included
+        for i, url in enumerate(self._urls):
+            if url.partition("://")[0].lower() in ("redis", "rediss"):
+                return i
+        return None
+
+    # -- lookups --------------------------------------------------------------------------
+
+    def fetch(
+        self,
+        misses: list[Keyed],
+        on_hit: Callable[[Keyed, int, dict[str, Any]], None],
+        *,
+        first: bool,
+    ) -> list[Keyed]:
+        """Serves what the remotes hold (one batch per remote); returns what is still missing.
+
+        Each value is decoded (every byte re-hashed) before its outputs are written, and the
+        hits are promoted into the local store in one batch. ``on_hit(k, bytes, the entry's
+        metadata)`` accounts each hit; ``first`` counts the rest as remote misses (later
+        polls, for keys another machine compiles, do not)."""
+        from store import entry
+
+        pending = [k for k in misses if k.key is not None]
+        served: set[int] = set()
+        for i, remote in enumerate(self.remotes):
+            todo = [k for k in pending if k.job.index not in served]
+            backend = self._backend(i) if todo else None
+            if backend is None:
+                continue
+            started = time.monotonic()
+            try:
+                values = backend.get_many([k.key for k in todo])  # type: ignore[misc]
+            except Exception as e:  # a remote problem never fails the link
+                self._fail(remote, _describe(e, remote))
+                continue
+            promote: list[tuple[str, bytes]] = []
+            for k, value in zip(todo, values, strict=True):
+                if value is None:
+                    continue
+                key: str = k.key  # type: ignore[assignment]
+                self.counters["remote_bytes_downloaded"] += len(value)
+                decoded = entry.decode(value)
+                roles = output_roles(k)
+                if decoded is None or set(decoded[0]) != set(roles):
+                    self.counters["remote_corrupt"] += 1
+                    self.contested.add(key)
+                    self.log.detail(f"remote {remote.url}: damaged value for {key}; a miss")
+                    continue
+                outputs, meta = decoded
+                if not self._write_outputs(roles, outputs):
+                    self.contested.add(key)
+                    continue
+                promote.append((key, value))
+                served.add(k.job.index)
+                self.counters["remote_hits"] += 1
+                if self.log.verbose:
+                    took = 1000 * (time.monotonic() - started)
+                    self.log.detail(f"hit  {key} {k.job.module}: remote ({remote.url}), "
+                                    f"{took:.1f} ms")  # fmt: skip
+                on_hit(k, sum(len(data) for _, data in outputs.values()), meta)
+            self.store.put_many(promote)  # the next link hits locally
+        if first:
+            self.counters["remote_misses"] += len(pending) - len(served)
+        return [k for k in misses if k.job.index not in served]
+
+    @staticmethod
+    def _write_outputs(roles: dict[str, str], outputs: dict[str, tuple[str, bytes]]) -> bool:
+        """Each output written whole to a temporary file and renamed into place."""
+        for role, dest in roles.items():
+            tmp = f"{dest}.cached-dist-{os.getpid()}.tmp"
+            try:
+                with open(tmp, "wb") as f:
+                    f.write(outputs[role][1])
+                os.replace(tmp, dest)
+            except OSError:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                return False  # compile it instead: the runner reports a real problem
+        return True
+
+    # -- the shared memo -------------------------------------------------------------------
+
+    def memo_many(self, namespace: str, keys: Sequence[str]) -> dict[str, str]:
+        """What the remotes remember for these memo keys (one batch per remote asked): the
+        canonical digests of summary shards, so that a machine whose local store is empty
+        need not decode shards another machine already decoded."""
+        found: dict[str, str] = {}
+        for i, remote in enumerate(self.remotes):
+            todo = [k for k in keys if k not in found]
+            backend = self._backend(i) if todo else None
+            if backend is None:
+                continue
+            try:
+                values = backend.get_many([_memo_key(namespace, k) for k in todo])
+            except Exception as e:  # a remote problem never fails the link
+                self._fail(remote, _describe(e, remote))
+                continue
+            for key, value in zip(todo, values, strict=True):
+                text = _memo_text(value)
+                if text is not None:
+                    found[key] = text
+        self.counters["remote_memo_hits"] += len(found)
+        return found
+
+    def memo_share(self, namespace: str, items: Sequence[tuple[str, str]]) -> None:
+        """Uploads memo entries learned here (in the background, like results)."""
+        if not self.read_only:
+            for key, text in items:
+                self._enqueue(_memo_key(namespace, key), upload=_MEMO + text.encode())
+
+    # -- claims ---------------------------------------------------------------------------
+
+    def claim(self, ks: list[Keyed]) -> set[int]:
+        """Claims ``ks`` (claimed locally already) on the claims remote, in one batch; returns
+        the job indices another machine holds (or whose value just appeared): theirs."""
+        i = self._claims_remote()
+        wanted = [k for k in ks if k.key is not None]
+        backend = self._backend(i) if i is not None and wanted else None
+        if backend is None or i is None or not backend.claims:
+            return set()
+        claiming: ClaimingTier = backend  # type: ignore[assignment]
+        keys: list[str] = [k.key for k in wanted]  # type: ignore[misc]
+        try:
+            granted = claiming.claim_many(keys, self.token, LEASE_MS, self.contested)
+        except Exception as e:  # a remote problem never fails the link
+            self._fail(self.remotes[i], _describe(e, self.remotes[i]))
+            return set()
+        theirs = set()
+        with self._lock:
+            for k, key, ok in zip(wanted, keys, granted, strict=True):
+                if ok:
+                    self._held[key] = i
+                else:
+                    theirs.add(k.job.index)
+        if len(theirs) < len(wanted):
+            self._start_renewer()
+        return theirs
+
+    def _start_renewer(self) -> None:
+        if self._renewer is None:
+            self._renewer = threading.Thread(target=self._renew, name="lease", daemon=True)
+            self._renewer.start()
+
+    def _renew(self) -> None:
+        while not self._stop.wait(_RENEW_EVERY):
+            with self._lock:
+                by_remote: dict[int, list[str]] = {}
+                for key, i in self._held.items():
+                    by_remote.setdefault(i, []).append(key)
+            for i, keys in by_remote.items():
+                backend: ClaimingTier | None = self.remotes[i].backend  # type: ignore[assignment]
+                if backend is None or self.remotes[i].failed:
+                    continue
+                try:
+                    backend.renew(keys, self.token, LEASE_MS)
+                except Exception as e:  # a remote problem never fails the link
+                    self._fail(self.remotes[i], _describe(e, self.remotes[i]))
+
+    # -- uploads --------------------------------------------------------------------------
+
+    def stored(self, k: Keyed) -> None:
+        """The job was compiled here and stored locally: upload it (unless read-only), and
+        drop its claim in the same trip."""
+        if k.key is not None and not (self.read_only and k.key not in self._held):
+            self._enqueue(k.key, upload=not self.read_only)
+
+    def release(self, k: Keyed) -> None:
+        """Gives up our remote claim on ``k`` (its job failed or was not stored)."""
+        if k.key is not None and k.key in self._held:
+            self._enqueue(k.key, upload=False)
+
+    def _enqueue(self, key: str, *, upload: bool | bytes) -> None:
+        with self._wake:
+            self._queue.append((key, upload))
+            self._wake.notify()
+        if self._uploader is None:
+            self._uploader = threading.Thread(target=self._upload, name="upload", daemon=True)
+            self._uploader.start()
+
+    def _upload(self) -> None:
+        """Takes whatever is queued, as one batch per remote, until the link ends."""
+        done = False
+        while not done:
+            with self._wake:
+                while not self._queue:
+                    self._wake.wait()
+                if None not in self._queue:
+                    self._wake.wait(_GATHER)  # let results finishing together share a trip
+                batch, self._queue = self._queue, []
+            done = None in batch
+            items = [item for item in batch if item is not None]
+            try:
+                self._upload_batch(items)
+            except Exception as e:  # a bug here must not hang or fail the link
+                for remote in self.remotes:
+                    self._fail(remote, f"upload failed ({_describe(e, remote)})")
+
+    def _upload_batch(self, items: list[tuple[str, bool | bytes]]) -> None:
+        """Exports the entries from the local store (re-hashed) and puts them on every remote
+        that may be written, releasing our claims on the way; then the claims left over."""
+        wanted = [key for key, upload in items if upload is True]
+        values = dict(zip(wanted, self.store.get_many(wanted), strict=True)) if wanted else {}
+        values.update((key, what) for key, what in items if isinstance(what, bytes))
+        with self._lock:
+            held = {key: self._held.pop(key) for key, _ in items if key in self._held}
+        for i, remote in enumerate(self.remotes):
+            puts = [(key, value) for key, value in values.items() if value is not None]
+            if self.read_only:
+                puts = []
+            releases = [key for key, holder in held.items() if holder == i]
+            if not (puts or releases) or remote.failed:
+                continue
+            backend = self._backend(i)
+            if backend is None:
+                continue
+            try:
+                if puts:  # releasing a claim that is not ours is a no-op: the token differs
+                    backend.put_many(puts, self.token if releases else None)
+                    results = sum(1 for key, _ in puts if not key.startswith("memo-"))
+                    self.counters["remote_uploads"] += results
+                    self.counters["remote_memo_uploads"] += len(puts) - results
+                    self.counters["remote_bytes_uploaded"] += sum(len(v) for _, v in puts)
+                put_keys = {key for key, _ in puts}
+                rest = [key for key in releases if key not in put_keys]
+                if rest:
+                    claiming: ClaimingTier = backend  # type: ignore[assignment]
+                    claiming.release(rest, self.token)
+            except Exception as e:  # a remote problem never fails the link
+                self._fail(remote, _describe(e, remote))
+
+    # -- the end of the link --------------------------------------------------------------
+
+    def finish(self) -> dict[str, int]:
+        """Waits (bounded) for uploads, releases what is still claimed; the link's counters."""
+        with self._lock:
+            leftover = list(self._held)
+        for key in leftover:
+            self._enqueue(key, upload=False)
+        if self._uploader is not None:
+            with self._wake:
+                self._queue.append(None)
+                self._wake.notify()
+            self._uploader.join(UPLOAD_BOUND)
+            if self._uploader.is_alive():
+                for remote in self.remotes:
+                    self._fail(remote, f"uploads still running after {UPLOAD_BOUND:.0f} s")
+        self._stop.set()
+        for remote in self.remotes:
+            if remote.backend is not None:
+                self.counters["remote_round_trips"] += remote.backend.round_trips
+                self.log.detail(f"remote {remote.url}: {remote.backend.round_trips} round trips")
+                with contextlib.suppress(Exception):
+                    remote.backend.close()
+        return self.counters
