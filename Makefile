@@ -3,7 +3,7 @@
 #   make test   ruff, mypy --strict and the pytest suite (what .ci/run runs)
 export PATH := $(CURDIR)/.venv/bin:/usr/lib/llvm-22/bin:$(PATH)
 
-.PHONY: setup demo test lint bench
+.PHONY: setup demo test lint bench sanitize
 
 setup:
 	scripts/setup
@@ -21,3 +21,8 @@ test: lint
 
 bench: setup
 	python -m benchmarks run
+
+# The native shard decoder under AddressSanitizer + UBSan, fed damaged real shards
+# (scripts/sanitize; CC=clang to use clang, MUTATIONS=N for more).
+sanitize: setup
+	scripts/sanitize
