@@ -168,6 +168,16 @@ class Index:
     def set_memo(self, namespace: str, key: str, value: str) -> None:
         self._run(lambda c: c.set(f"{_MEMO}{namespace}:{key}", value))
 
+    def set_memos(self, namespace: str, items: list[tuple[str, str]]) -> None:
+        """Many memo writes in one transaction: one commit (one fsync) per link, not per key."""
+
+        def write(c: diskcache.Cache) -> None:
+            with c.transact():
+                for key, value in items:
+                    c.set(f"{_MEMO}{namespace}:{key}", value)
+
+        self._run(write)
+
     def entries(self) -> Iterator[tuple[str, Any]]:
         """All (action key, raw manifest) pairs; for maintenance passes, not the hot path."""
         keys: list[Any] = self._run(lambda c: list(c.iterkeys()))

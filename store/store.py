@@ -394,6 +394,16 @@ class Store:
         except Exception as error:
             self._fail("cannot write the cache memo", error)
 
+    def memo_put_many(self, namespace: str, items: list[tuple[str, str]]) -> None:
+        """:meth:`memo_put` for many keys in one store transaction."""
+        index = self._index
+        if index is None or not items:
+            return
+        try:
+            index.set_memos(namespace, [(k, str(v)) for k, v in items])
+        except Exception as error:
+            self._fail("cannot write the cache memo", error)
+
     def close(self) -> None:
         """Close the databases (optional: they close with the process)."""
         stats, self._stats_db = self._stats_db, None

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
     class Memo(Protocol):
         def memo_get(self, namespace: str, key: str) -> str | None: ...
-        def memo_put(self, namespace: str, key: str, value: str) -> None: ...
+        def memo_put_many(self, namespace: str, items: list[tuple[str, str]]) -> None: ...
 
 
 def spellings(path: str, memo: dict[str, tuple[str, ...]]) -> tuple[str, ...]:
@@ -100,12 +100,14 @@ class ShardKeys:
                 continue
             todo.append((job.index, memo_key, data, mapping))
         decoded = self._decode_all(todo)
+        memos: list[tuple[str, str]] = []
         for (index, memo_key, _, _), (digest, exact) in zip(todo, decoded, strict=True):
             self.digests[index] = digest
             self.decoded += 1
             if not exact:
                 self.inexact += 1
-            self.memo.memo_put("shard", memo_key, digest)
+            memos.append((memo_key, digest))
+        self.memo.memo_put_many("shard", memos)  # one transaction for the whole link
 
     def __call__(self, job: Job, digests: Digests) -> str:
         """The :data:`cached_dist.keys.key.ShardDigest` for jobs given to :meth:`prepare`."""

@@ -322,3 +322,13 @@ def test_reads_of_an_existing_store_skip_diskcache(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"
     assert (tmp_path / "out").read_bytes() == b"x" * 100
+
+
+def test_memo_put_many_is_one_transaction(tmp_path: Path) -> None:
+    s = Store(tmp_path / "c")
+    s.memo_put_many("shard", [(f"raw{i}", f"canon{i}") for i in range(50)])
+    s.memo_put_many("shard", [])
+    again = Store(tmp_path / "c")
+    assert [again.memo_get("shard", f"raw{i}") for i in range(50)] == [
+        f"canon{i}" for i in range(50)
+    ]
