@@ -183,7 +183,8 @@ typedef struct {
     Map info_index; /* block id -> index in info */
     /* the last record read */
     uint64_t code;
-    U64Vec rec;
+    U64Vec rec; /* the record's operands are rec.v[rec0:] */
+    size_t rec0;
     int has_blob;
     size_t blob_off, blob_len;
     uint64_t block_id;
@@ -204,9 +205,22 @@ static int fail(D *d, int status, const char *reason) {
 /* ---- bit reads ------------------------------------------------------------------------ */
 
 /* 64 bits starting at bit ``pos``; bytes past the buffer read as zero. */
+static inline uint64_t load_le64(const uint8_t *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    v = __builtin_bswap64(v);
+#endif
+    return v;
+}
+
 static inline uint64_t peek64(const D *d, uint64_t pos) {
     uint64_t b = pos >> 3;
     unsigned sh = (unsigned)(pos & 7);
+    if (b + 9 <= d->len) { /* the common case: no padding needed */
+        uint64_t lo = load_le64(d->data + b);
+        return sh ? (lo >> sh) | ((uint64_t)d->data[b + 8] << (64 - sh)) : lo;
+    }
     uint8_t tmp[9] = {0};
     if (b < d->len) {
         size_t avail = d->len - (size_t)b;
@@ -225,7 +239,7 @@ static inline uint64_t mask(uint64_t width) {
 }
 
 /* Fixed field, 1..64 bits. */
-static int rd_fixed(D *d, uint64_t width, uint64_t *out) {
+static inline int rd_fixed(D *d, uint64_t width, uint64_t *out) {
     if (width > d->end || d->pos > d->end - width)
         return MALFORMED(d, "read past end of bitstream");
     *out = peek64(d, d->pos) & mask(width);
@@ -450,6 +464,7 @@ static int read_unabbreviated(D *d) {
         if (rd_vbr(d, 6, &v) || push_rec(d, v))
             return -1;
     d->has_blob = 0;
+    d->rec0 = 0;
     return 0;
 }
 
@@ -523,8 +538,7 @@ static int read_abbreviated(D *d, uint64_t abbrev_id) {
         return MALFORMED(d, "read past end of bitstream");
     /* vals[0] is the code: the first operand is never an array or a blob. */
     d->code = d->rec.v[0];
-    memmove(d->rec.v, d->rec.v + 1, (d->rec.n - 1) * sizeof(uint64_t));
-    d->rec.n -= 1;
+    d->rec0 = 1;
     return 0;
 }
 
@@ -638,16 +652,17 @@ static int flat_records(D *d, Records *out, const char *nested) {
             return UNSUPPORTED(d, nested);
         if (kind == K_EOF)
             return MALFORMED(d, "unterminated block");
+        size_t n = d->rec.n - d->rec0;
         if (grow((void **)&out->v, &out->cap, out->n + 1, sizeof(Rec)) ||
-            grow((void **)&out->ops.v, &out->ops.cap, out->ops.n + d->rec.n, sizeof(uint64_t)))
+            grow((void **)&out->ops.v, &out->ops.cap, out->ops.n + n, sizeof(uint64_t)))
             return NOMEM(d);
         Rec *r = &out->v[out->n++];
         r->code = d->code;
         r->off = out->ops.n;
-        r->n = d->rec.n;
-        if (d->rec.n)
-            memcpy(out->ops.v + out->ops.n, d->rec.v, d->rec.n * sizeof(uint64_t));
-        out->ops.n += d->rec.n;
+        r->n = n;
+        if (n)
+            memcpy(out->ops.v + out->ops.n, d->rec.v + d->rec0, n * sizeof(uint64_t));
+        out->ops.n += n;
         r->has_blob = d->has_blob;
         r->blob_off = d->blob_off;
         r->blob_len = d->blob_len;
@@ -676,13 +691,31 @@ static int buf_str(D *d, Buf *b, const char *s) {
     return buf_put(d, b, s, strlen(s));
 }
 
+static const char DIGITS2[] = "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+                              "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+                              "8081828384858687888990919293949596979899";
+
+/* Decimal text of v into the end of tmp[24]; returns its start. */
+static char *u64_text(uint64_t v, char *end) {
+    char *p = end;
+    while (v >= 100) {
+        unsigned r = (unsigned)(v % 100);
+        v /= 100;
+        p -= 2;
+        memcpy(p, DIGITS2 + 2 * r, 2);
+    }
+    if (v >= 10) {
+        p -= 2;
+        memcpy(p, DIGITS2 + 2 * v, 2);
+    } else {
+        *--p = (char)('0' + v);
+    }
+    return p;
+}
+
 static int buf_u64(D *d, Buf *b, uint64_t v) {
     char tmp[24];
-    char *p = tmp + sizeof tmp;
-    do {
-        *--p = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
+    char *p = u64_text(v, tmp + sizeof tmp);
     return buf_put(d, b, p, (size_t)(tmp + sizeof tmp - p));
 }
 
@@ -731,7 +764,11 @@ typedef struct {
     size_t nmods, capmods;
     int have_modules;
     Map mod_index; /* module id -> index in mods */
-    Map guids;
+    Map guids;     /* value id -> index in gtext_off */
+    Buf gtext;     /* decimal text of every GUID, back to back */
+    size_t *gtext_off;
+    uint64_t *gvals;
+    size_t ng, capg, capg2;
 } Canon;
 
 static const Module *find_module(const Canon *c, uint64_t modid) {
@@ -835,10 +872,10 @@ static int module_strtab(Canon *c, const Records *r) {
 }
 
 static int put_guid(Canon *c, Buf *t, uint64_t valueid) {
-    uint64_t g;
-    if (!map_get(&c->guids, valueid, &g))
+    uint64_t i;
+    if (!map_get(&c->guids, valueid, &i))
         return UNSUPPORTED(&c->d, "value id has no VALUE_GUID");
-    return buf_u64(&c->d, t, g);
+    return buf_put(&c->d, t, c->gtext.v + c->gtext_off[i], c->gtext_off[i + 1] - c->gtext_off[i]);
 }
 
 static int put_module(Canon *c, Buf *t, uint64_t modid) {
@@ -940,8 +977,16 @@ static int summary(Canon *c, const Records *r) {
             uint64_t old;
             if (map_get(&c->guids, ops[0], &old))
                 return UNSUPPORTED(d, "value id mapped twice");
-            if (map_put(&c->guids, ops[0], g))
+            if (grow((void **)&c->gtext_off, &c->capg, c->ng + 2, sizeof(size_t)) ||
+                grow((void **)&c->gvals, &c->capg2, c->ng + 1, sizeof(uint64_t)) ||
+                map_put(&c->guids, ops[0], c->ng))
                 return NOMEM(d);
+            if (c->ng == 0)
+                c->gtext_off[0] = 0;
+            if (buf_u64(d, &c->gtext, g))
+                return -1;
+            c->gvals[c->ng++] = g;
+            c->gtext_off[c->ng] = c->gtext.n;
         }
     }
     if (!have_version)
@@ -952,13 +997,12 @@ static int summary(Canon *c, const Records *r) {
         return -1;
     part_end(&c->parts);
     {
-        uint64_t *sorted = malloc((c->guids.n ? c->guids.n : 1) * sizeof(uint64_t));
+        uint64_t *sorted = malloc((c->ng ? c->ng : 1) * sizeof(uint64_t));
         if (!sorted)
             return NOMEM(d);
-        size_t k = 0;
-        for (size_t s = 0; s < c->guids.cap; s++)
-            if (c->guids.used[s])
-                sorted[k++] = c->guids.vals[s];
+        size_t k = c->ng;
+        if (k)
+            memcpy(sorted, c->gvals, k * sizeof(uint64_t));
         qsort(sorted, k, sizeof(uint64_t), cmp_u64);
         int bad = part_begin(d, &c->parts) || buf_str(d, t, "('guids', ") ||
                   buf_tuple(d, t, sorted, k) || buf_str(d, t, ")");
@@ -1094,7 +1138,7 @@ static int module_block(Canon *c) {
         }
         Buf *t = &c->parts.text;
         if (part_begin(d, &c->parts) || buf_str(d, t, "('module-version', ") ||
-            buf_tuple(d, t, d->rec.v, d->rec.n) || buf_str(d, t, ")"))
+            buf_tuple(d, t, d->rec.v + d->rec0, d->rec.n - d->rec0) || buf_str(d, t, ")"))
             goto out;
         part_end(&c->parts);
     }
@@ -1227,6 +1271,9 @@ static void canon_free(Canon *c) {
         Py_DECREF(c->mods[i].repr_utf8);
     free(c->mods);
     map_free(&c->guids);
+    free(c->gtext.v);
+    free(c->gtext_off);
+    free(c->gvals);
     map_free(&c->mod_index);
     map_free(&d->info_index);
 }
