@@ -18,6 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Hot helpers are forced inline (literals then get a constant length, reads a fast path). */
+#define INLINE static inline __attribute__((always_inline))
+
 /* ---- small growable arrays ------------------------------------------------------------ */
 
 typedef struct {
@@ -248,7 +251,7 @@ static inline int rd_fixed(D *d, uint64_t width, uint64_t *out) {
 }
 
 /* VBR field, 2..64 bits a chunk; values over 64 bits set d->big (the reference keeps them). */
-static int rd_vbr(D *d, uint64_t width, uint64_t *out) {
+static int rd_vbr_slow(D *d, uint64_t width, uint64_t *out) {
     uint64_t hi = (uint64_t)1 << (width - 1);
     uint64_t low = hi - 1;
     uint64_t value = 0;
@@ -275,11 +278,28 @@ static int rd_vbr(D *d, uint64_t width, uint64_t *out) {
     return 0;
 }
 
+/* VBR field: a value in one chunk (nearly all of them) takes the fast path. */
+INLINE int rd_vbr(D *d, uint64_t width, uint64_t *out) {
+    if (d->pos <= d->end && d->end - d->pos >= width) {
+        uint64_t chunk = peek64(d, d->pos) & mask(width);
+        if (!(chunk >> (width - 1))) {
+            d->pos += width;
+            *out = chunk;
+            return 0;
+        }
+    }
+    return rd_vbr_slow(d, width, out);
+}
+
 static void align32(D *d) {
     d->pos = (d->pos + 31) & ~(uint64_t)31;
 }
 
-static int push_rec(D *d, uint64_t v) {
+INLINE int push_rec(D *d, uint64_t v) {
+    if (d->rec.n < d->rec.cap) {
+        d->rec.v[d->rec.n++] = v;
+        return 0;
+    }
     if (grow((void **)&d->rec.v, &d->rec.cap, d->rec.n + 1, sizeof(uint64_t)))
         return NOMEM(d);
     d->rec.v[d->rec.n++] = v;
@@ -677,17 +697,23 @@ typedef struct {
     size_t n, cap;
 } Parts;
 
-static int buf_put(D *d, Buf *b, const char *s, size_t n) {
-    if (!n)
-        return 0;
+static int buf_grow(D *d, Buf *b, size_t n) {
     if (grow((void **)&b->v, &b->cap, b->n + n, 1))
         return NOMEM(d);
-    memcpy(b->v + b->n, s, n);
+    return 0;
+}
+
+
+INLINE int buf_put(D *d, Buf *b, const char *s, size_t n) {
+    if (b->cap - b->n < n && buf_grow(d, b, n))
+        return -1;
+    if (n)
+        memcpy(b->v + b->n, s, n);
     b->n += n;
     return 0;
 }
 
-static int buf_str(D *d, Buf *b, const char *s) {
+INLINE int buf_str(D *d, Buf *b, const char *s) {
     return buf_put(d, b, s, strlen(s));
 }
 
@@ -696,7 +722,7 @@ static const char DIGITS2[] = "0001020304050607080910111213141516171819202122232
                               "8081828384858687888990919293949596979899";
 
 /* Decimal text of v into the end of tmp[24]; returns its start. */
-static char *u64_text(uint64_t v, char *end) {
+INLINE char *u64_text(uint64_t v, char *end) {
     char *p = end;
     while (v >= 100) {
         unsigned r = (unsigned)(v % 100);
@@ -713,7 +739,7 @@ static char *u64_text(uint64_t v, char *end) {
     return p;
 }
 
-static int buf_u64(D *d, Buf *b, uint64_t v) {
+INLINE int buf_u64(D *d, Buf *b, uint64_t v) {
     char tmp[24];
     char *p = u64_text(v, tmp + sizeof tmp);
     return buf_put(d, b, p, (size_t)(tmp + sizeof tmp - p));
@@ -871,7 +897,7 @@ static int module_strtab(Canon *c, const Records *r) {
     return 0;
 }
 
-static int put_guid(Canon *c, Buf *t, uint64_t valueid) {
+INLINE int put_guid(Canon *c, Buf *t, uint64_t valueid) {
     uint64_t i;
     if (!map_get(&c->guids, valueid, &i))
         return UNSUPPORTED(&c->d, "value id has no VALUE_GUID");
