@@ -6,7 +6,9 @@ form (:mod:`cached_dist.bitcode.shard`, computed by the C extension when it is b
 
 - the canonical digest is memoized in the store under the raw shard's digest plus the job's
   own path -> content map (what the canonical form depends on): byte-identical shards, as
-  with thin archives or no archives, are never decoded twice;
+  with thin archives or no archives, are never decoded twice; shards of jobs that name a
+  regular archive member (a per-link name) are neither looked up nor stored, as their memo
+  key could never come again;
 - the shards left to decode are split across forked workers when there are enough of them.
 """
 
@@ -92,6 +94,10 @@ class ShardKeys:
                 mapping = module_map(job, digests, names)
             except OSError:
                 continue  # the key computation will fail on it too: not cacheable
+            if any(per_link_member(p) for p in (job.module, *job.imports)):
+                # The memo key holds this link's member names: it could never hit again.
+                todo.append((job.index, "", data, mapping))
+                continue
             memo_key = _memo_key(data, mapping, job)
             found = self.memo.memo_get("shard", memo_key)
             if found is not None:
@@ -106,7 +112,8 @@ class ShardKeys:
             self.decoded += 1
             if not exact:
                 self.inexact += 1
-            memos.append((memo_key, digest))
+            if memo_key:
+                memos.append((memo_key, digest))
         self.memo.memo_put_many("shard", memos)  # one transaction for the whole link
 
     def __call__(self, job: Job, digests: Digests) -> str:
@@ -128,6 +135,15 @@ class ShardKeys:
         if workers <= 1 or total < (PARALLEL_MIN_BYTES_NATIVE if NATIVE else PARALLEL_MIN_BYTES):
             return [_decode(data, mapping) for _, _, data, mapping in todo]
         return _decode_forked([(t[2], t[3]) for t in todo], workers)
+
+
+def per_link_member(path: str) -> bool:
+    """Whether ``path`` is LLD's name for a regular archive member, new in every link
+    (``libx.a(t2.o at 106).2.244C.o``: offset, ordinal, linker pid in hex)."""
+    head, paren, tail = path.rpartition(")")
+    return bool(paren) and " at " in head and "(" in head and tail.endswith(".o") and (
+        tail.count(".") == 3
+    )
 
 
 def _memo_key(data: bytes, mapping: dict[str, str], job: Job) -> str:
