@@ -141,9 +141,8 @@ def per_link_member(path: str) -> bool:
     """Whether ``path`` is LLD's name for a regular archive member, new in every link
     (``libx.a(t2.o at 106).2.244C.o``: offset, ordinal, linker pid in hex)."""
     head, paren, tail = path.rpartition(")")
-    return bool(paren) and " at " in head and "(" in head and tail.endswith(".o") and (
-        tail.count(".") == 3
-    )
+    member = bool(paren) and " at " in head and "(" in head
+    return member and tail.endswith(".o") and tail.count(".") == 3
 
 
 def _memo_key(data: bytes, mapping: dict[str, str], job: Job) -> str:
