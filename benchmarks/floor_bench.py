@@ -21,7 +21,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -38,6 +40,11 @@ HERE = Path(__file__).parent
 RESULTS = HERE / "results"
 LLVM_BIN = Path("/usr/lib/llvm-22/bin")
 PROGRAMS = ("lua-regular", "lua-thin", "gen-300", "gen-3000")
+PY_DECODER = "cached-dist, Python decoder"  # the extension hidden: the state before issue 14
+CONFIGS = ("LLD cache", "cached-dist", "C floor", "Python floor", PY_DECODER)
+# CPU time (user + system) of each timed link and everything it ran: far less sensitive than
+# wall time to other work on the machine.
+CPU_TIMES: dict[str, list[float]] = {}
 
 
 def say(message: str) -> None:
@@ -97,6 +104,11 @@ def prepare(program: str, work: Path, floor_c: Path, fresh: bool) -> dict[str, C
         f"-fthinlto-distributor={sys.executable}",
         f"-Xthinlto-distributor={HERE / 'floor_save.py'},{pre},{CAPTURE},{shards},"
         f"{cached_dist()},{ours_args}"]), src)  # fmt: skip
+    no_native = work / "cached-dist-python-decoder"
+    no_native.write_text(f"#!{sys.executable}\nimport sys\n"
+                         "sys.modules['cached_dist.bitcode._shard'] = None\n"
+                         "from cached_dist.cli import run\nrun()\n")  # fmt: skip
+    no_native.chmod(0o755)
     c_floor = [f"-fthinlto-distributor={floor_c}", f"-Xthinlto-distributor={pre}"]
     py_floor = [f"-fthinlto-distributor={sys.executable}",
                 f"-Xthinlto-distributor={HERE / 'floor_py.py'},{pre}"]  # fmt: skip
@@ -108,17 +120,31 @@ def prepare(program: str, work: Path, floor_c: Path, fresh: bool) -> dict[str, C
         ),
         "C floor": link_command(program, "app-cfloor", c_floor),
         "Python floor": link_command(program, "app-pyfloor", py_floor),
+        PY_DECODER: link_command(
+            program,
+            "app-ourspy",
+            [f"-fthinlto-distributor={no_native}", f"-Xthinlto-distributor={ours_args}"],
+        ),
     }
     for command in commands.values():
         timed(command, src)  # everything warm, every binary written once
-    binaries = {(src / f"app-{n}").read_bytes() for n in ("lld", "ours", "cfloor", "pyfloor")}
+    binaries = {(src / f"app-{n}").read_bytes()
+                for n in ("lld", "ours", "cfloor", "pyfloor", "ourspy")}  # fmt: skip
     if len(binaries) != 1:
-        raise RuntimeError(f"{program}: the four links gave different binaries")
+        raise RuntimeError(f"{program}: the five links gave different binaries")
 
-    def runner(command: list[str]) -> Callable[[], float]:
-        return lambda: timed(command, src)
+    def runner(name: str, command: list[str]) -> Callable[[], float]:
+        def run() -> float:
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            wall = timed(command, src)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+            CPU_TIMES.setdefault(f"{program}: {name}", []).append(cpu)
+            return wall
 
-    return {name: runner(command) for name, command in commands.items()}
+        return run
+
+    return {name: runner(name, command) for name, command in commands.items()}
 
 
 def shard_speed(shard_dirs: list[Path]) -> dict[str, float]:
@@ -196,20 +222,34 @@ def main(argv: list[str] | None = None) -> int:
         for program in programs:
             profile_hit(program, root / program)
     results = interleave(configs, args.rounds, say)
-    table = {}
-    print("| program | jobs | LLD cache | cached-dist | C floor | Python floor | "
+    table: dict[str, dict[str, object]] = {}
+    print("| program | jobs | LLD cache | cached-dist | C floor | Python floor | Python decoder | "
           "excess over the Python floor |")  # fmt: skip
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for program in programs:
         med = {n: results[f"{program}: {n}"].median for n in
-               ("LLD cache", "cached-dist", "C floor", "Python floor")}  # fmt: skip
+               CONFIGS}  # fmt: skip
         lld = med["LLD cache"]
         excess = (med["cached-dist"] - med["Python floor"]) / jobs[program]
         table[program] = {"jobs": jobs[program], **{f"{n} s": v for n, v in med.items()},
                           **{f"{n} ratio": v / lld for n, v in med.items()},
                           "excess_ms_per_job": 1000 * excess}  # fmt: skip
         cells = " | ".join(f"{1000 * med[n]:.0f} ms ({med[n] / lld:.2f}x)"
-                           for n in ("cached-dist", "C floor", "Python floor"))  # fmt: skip
+                           for n in CONFIGS[1:])  # fmt: skip
+        print(f"| {program} | {jobs[program]} | {1000 * lld:.0f} ms | {cells} | "
+              f"{1000 * excess:.3f} ms/job |")  # fmt: skip
+    print("\nCPU time (user + system, the link and all it ran), medians:\n")
+    print("| program | jobs | LLD cache | cached-dist | C floor | Python floor | Python decoder | "
+          "excess over the Python floor |")  # fmt: skip
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for program in programs:
+        cpu = {n: statistics.median(CPU_TIMES[f"{program}: {n}"]) for n in CONFIGS}
+        lld = cpu["LLD cache"]
+        excess = (cpu["cached-dist"] - cpu["Python floor"]) / jobs[program]
+        table[program]["cpu"] = {**{f"{n} s": v for n, v in cpu.items()},
+                                 "excess_ms_per_job": 1000 * excess}  # fmt: skip
+        cells = " | ".join(f"{1000 * cpu[n]:.0f} ms ({cpu[n] / lld:.2f}x)"
+                           for n in CONFIGS[1:])  # fmt: skip
         print(f"| {program} | {jobs[program]} | {1000 * lld:.0f} ms | {cells} | "
               f"{1000 * excess:.3f} ms/job |")  # fmt: skip
     speed = shard_speed([root / p / "shards" for p in programs])
@@ -217,7 +257,8 @@ def main(argv: list[str] | None = None) -> int:
     report = {"benchmark": "floor_bench", "date": time.strftime("%Y-%m-%d %H:%M:%S"),
               "machine": machine(), "load": os.getloadavg(), "rounds": args.rounds,
               "table": table, "shard_canonicalization": speed,
-              "times_s": {n: m.times for n, m in results.items()}}  # fmt: skip
+              "times_s": {n: m.times for n, m in results.items()},
+              "cpu_s": CPU_TIMES}  # fmt: skip
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "floor_bench.json").write_text(json.dumps(report, indent=1) + "\n")
     return 0
