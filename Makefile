@@ -4,7 +4,7 @@
 #   make test   ruff, mypy --strict and the pytest suite (what .ci/run runs)
 export PATH := $(CURDIR)/.venv/bin:/usr/lib/llvm-22/bin:$(PATH)
 
-.PHONY: setup demo demo-remote demo-dask test lint bench
+.PHONY: setup demo demo-remote demo-dask test lint bench sanitize
 
 setup:
 	scripts/setup
@@ -30,3 +30,8 @@ test: lint
 
 bench: setup
 	python -m benchmarks run
+
+# The native shard decoder under AddressSanitizer + UBSan, fed damaged real shards
+# (scripts/sanitize; CC=clang to use clang, MUTATIONS=N for more).
+sanitize: setup
+	scripts/sanitize

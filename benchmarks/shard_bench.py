@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from cached_dist.bitcode import native
 from cached_dist.bitcode.bitstream import EOF, BitstreamCursor
 from cached_dist.bitcode.shard import canonical_shard
 from tests import shardgen
@@ -71,6 +72,21 @@ def main(argv: list[str] | None = None) -> int:
     t_canon = _time(canon_all, args.repeat)
     t_walk = _time(walk_all, args.repeat)
     mb = total / 1e6
+    if native.NATIVE:
+        same = sum(native.canonical_digest(s, f)[:2] == (r.digest, r.exact)
+                   for (s, f), r in zip(jobs, results, strict=True))  # fmt: skip
+
+        def native_all() -> None:
+            for s, f in jobs:
+                native.canonical_digest(s, f)
+
+        t_native = _time(native_all, args.repeat)
+        print(f"native canonical digest: {t_native * 1e3:.2f} ms for all, "
+              f"{t_native / len(jobs) * 1e6:.1f} us/shard, {mb / t_native:.1f} MB/s, "
+              f"{t_canon / t_native:.0f}x the reference; "
+              f"same digest on {same}/{len(jobs)}")  # fmt: skip
+    else:
+        print("native canonical digest: the C extension is not built")
     print(f"shards: {len(jobs)} ({exact} exact), {total} bytes total,")
     print(f"  size min/median/max: {sizes[0]}/{statistics.median(sizes):.0f}/{sizes[-1]} bytes")
     print(

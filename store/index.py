@@ -179,6 +179,8 @@ class Index:
         self._run(lambda c: c.set(f"{_MEMO}{namespace}:{key}", value))
 
     def set_memos(self, namespace: str, items: list[tuple[str, str]]) -> None:
+        """Many memo writes in one transaction: one commit (one fsync) per link, not per key."""
+
         def write(c: diskcache.Cache) -> None:
             with c.transact():
                 for key, value in items:

@@ -461,7 +461,7 @@ class Store:
             self._fail("cannot write the cache memo", error)
 
     def memo_put_many(self, namespace: str, items: Sequence[tuple[str, str]]) -> None:
-        """Remember several small strings in one transaction."""
+        """:meth:`memo_put` for many keys in one store transaction (one commit per link)."""
         index = self._index
         if index is None or not items:
             return

@@ -138,3 +138,20 @@ def test_toolchain_identity_is_memoized_by_file_identity(tmp_path: Path) -> None
     assert toolchain.identity(str(compiler), memo) == first
     compiler.write_text("#!/bin/sh\n# now different\n")  # new size and mtime: memo misses
     assert toolchain.identity(str(compiler), memo) != first
+
+
+@pytest.mark.parametrize(
+    ("path", "per_link"),
+    [
+        ("libx.a(t2.o at 106).2.244C.o", True),
+        ("/abs/dir/liblua.a(lapi.o at 7834).3.1F.o", True),
+        ("t2.o", False),
+        ("libx.a", False),
+        ("dir (copy)/t2.o", False),
+        ("libx.a(t2.o at 106)", False),
+    ],
+)
+def test_per_link_member_names(path: str, per_link: bool) -> None:
+    from cached_dist.keys.shard_key import per_link_member
+
+    assert per_link_member(path) is per_link

@@ -216,6 +216,9 @@ class BitstreamCursor:
         """Decode ``count`` consecutive VBR fields from a 512-bit window."""
         data = self._data
         pos = self._pos
+        if pos + count * width > self._end:
+            # Every field takes at least ``width`` bits: fail now, not after a huge loop.
+            raise BitcodeError("read past end of bitstream")
         out: list[int] = []
         append = out.append
         wmask = (1 << width) - 1
@@ -367,6 +370,9 @@ class BitstreamCursor:
                 elt_width = 0
                 if elt in (_FIXED, _VBR):
                     elt_width = self._vbr(5)
+                    if not 0 < elt_width <= 64 or (elt == _VBR and elt_width < 2):
+                        # Zero-width or one-bit VBR elements would never advance.
+                        raise BitcodeError("bad array element width")
                 elif elt != _CHAR6:
                     raise BitcodeError("unsupported array element encoding")
                 ops.append((_ARRAY, elt, elt_width))

@@ -27,6 +27,7 @@ from __future__ import annotations
 import xxhash
 
 from .bitstream import END, ENTER, EOF, BitcodeError, BitstreamCursor
+from .tags import CANON_TAG, RAW_TAG
 
 TYPE_CHECKING = False  # typing and dataclasses cost ~15 ms of a ~100 ms cache hit
 if TYPE_CHECKING:
@@ -35,9 +36,8 @@ if TYPE_CHECKING:
 
 __all__ = ["SUPPORTED_SUMMARY_VERSIONS", "CanonicalShard", "canonical_shard", "raw_digest"]
 
-# Bump when the canonical encoding changes, so old cache keys stop matching.
-_CANON_TAG: Final = b"cached-dist/shard-canonical/1\n"
-_RAW_TAG: Final = b"cached-dist/shard-raw/1\n"
+# Bump the tags (tags.py) when the canonical encoding changes. _shard.c is a port of this
+# module and bitstream.py: change both together (tests/test_native_shard.py compares them).
 
 # Block ids (LLVMBitCodes.h, BlockIDs).
 _MODULE_BLOCK: Final = 8
@@ -123,7 +123,7 @@ class _Unsupported(Exception):
 
 def raw_digest(data: bytes) -> str:
     """Conservative digest of the raw shard bytes (never equal to a canonical one)."""
-    return xxhash.xxh3_128_hexdigest(_RAW_TAG + data)
+    return xxhash.xxh3_128_hexdigest(RAW_TAG + data)
 
 
 def canonical_shard(data: bytes, module_digest: Callable[[str], str | None]) -> CanonicalShard:
@@ -142,7 +142,7 @@ def canonical_shard(data: bytes, module_digest: Callable[[str], str | None]) -> 
         return CanonicalShard(raw_digest(data), False, f"malformed bitcode: {exc}")
     parts.sort()
     body = "\n".join(parts).encode("utf-8", "surrogatepass")
-    return CanonicalShard(xxhash.xxh3_128_hexdigest(_CANON_TAG + body), True, "")
+    return CanonicalShard(xxhash.xxh3_128_hexdigest(CANON_TAG + body), True, "")
 
 
 def _canonical_parts(data: bytes, module_digest: Callable[[str], str | None]) -> list[str]:

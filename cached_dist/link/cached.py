@@ -313,6 +313,11 @@ def run_cached(job_file: JobFile, options: Options, log: Log) -> Summary:
         why = " (can only hit byte-identical shards)" if inexact else ""
         log.detail(f"shards: {shard_keys.decoded} decoded, {shard_keys.memoized} memoized, "
                    f"{inexact} not canonical{why}")  # fmt: skip
+        if shard_keys.decoded and log.verbose:
+            from ..bitcode.native import MISSING_NOTICE, NATIVE
+
+            if not NATIVE:  # said once per link, and only when it cost something
+                log.detail(f"shards: {MISSING_NOTICE}")
         link.run(keyed)
     finally:
         link.progress.finish()

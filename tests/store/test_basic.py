@@ -335,3 +335,13 @@ def test_wall_share_is_kept_when_given_and_absent_otherwise(tmp_path: Path) -> N
     assert with_wall is not None and without is not None
     assert (with_wall.wall, with_wall.duration) == (0.75, 2.5)
     assert without.wall is None
+
+
+def test_memo_put_many_is_one_transaction(tmp_path: Path) -> None:
+    s = Store(tmp_path / "c")
+    s.memo_put_many("shard", [(f"raw{i}", f"canon{i}") for i in range(50)])
+    s.memo_put_many("shard", [])
+    again = Store(tmp_path / "c")
+    assert [again.memo_get("shard", f"raw{i}") for i in range(50)] == [
+        f"canon{i}" for i in range(50)
+    ]

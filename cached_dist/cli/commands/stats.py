@@ -32,6 +32,9 @@ def main(args: list[str]) -> int:
     stats["wall_saved"] = stats.pop("wall_saved_us") / 1e6
     stats["local_hits"] = stats["hits"] - stats["remote_hits"]
     stats["cache_dir"] = options.cache_dir  # type: ignore[assignment]
+    from ...bitcode.native import MISSING_NOTICE, NATIVE
+
+    stats["shard_decoder"] = "native" if NATIVE else "python"  # type: ignore[assignment]
     if as_json:
         print(json.dumps(stats, indent=1, sort_keys=True))
         return 0
@@ -63,6 +66,7 @@ def main(args: list[str]) -> int:
         ("jobs not cacheable", stats["jobs_not_cacheable"]),
         ("hits verified", stats["hits_verified"]),
         ("hit mismatches", stats["hit_mismatches"]),
+        ("shard decoder", "native (C extension)" if NATIVE else f"pure Python: {MISSING_NOTICE}"),
     ]
     for name, value in rows:
         print(f"{name:<20} {value}")

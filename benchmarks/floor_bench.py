@@ -1,0 +1,268 @@
+"""Full hits against LLD's own cache and against two floors, side by side in one run.
+
+    python -m benchmarks.floor_bench [--rounds N] [--programs a,b,...] [--profile]
+
+Per program, four links of the same inputs are timed, interleaved round by round:
+
+* LLD cache: ``-Wl,--thinlto-cache-dir`` warmed once (LLD then starts no distributor);
+* cached-dist: a full hit from a warmed cache;
+* C floor: ``floor_c.c`` (compiled here), which only hard-links precomputed objects;
+* Python floor: ``floor_py.py``, the interpreter, ``import json`` and the same links.
+
+Programs: lua 5.4 with a regular and a thin liblua.a (Debian's source, its own Makefile), and
+the generated program of tests/shardgen.py with 300 and 3,000 modules in a regular archive.
+Also measured: the native and pure-Python shard canonicalization speed (MB/s of shard bytes)
+on the real shards of these links, and that both give the same digests. ``--profile`` prints
+a cProfile of one cached-dist full hit per program. Results: benchmarks/results/floor_bench.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from . import lua
+from .cache_link import CAPTURE, byte_compile, cached_dist
+from .sources import WORK, machine
+from .timing import interleave, timed
+
+HERE = Path(__file__).parent
+RESULTS = HERE / "results"
+LLVM_BIN = Path("/usr/lib/llvm-22/bin")
+PROGRAMS = ("lua-regular", "lua-thin", "gen-300", "gen-3000")
+PY_DECODER = "cached-dist, Python decoder"  # the extension hidden: the state before issue 14
+CONFIGS = ("LLD cache", "cached-dist", "C floor", "Python floor", PY_DECODER)
+# CPU time (user + system) of each timed link and everything it ran: far less sensitive than
+# wall time to other work on the machine.
+CPU_TIMES: dict[str, list[float]] = {}
+
+
+def say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def build_generated(modules: int, dest: Path) -> Path:
+    """tests/shardgen.py's program of ``modules`` modules, all but main in libmods.a."""
+    from tests import shardgen
+
+    if (dest / "libmods.a").exists():
+        return dest
+    sources = shardgen.many_module_program(modules)
+    shardgen.write_sources(dest, sources)
+
+    def compile_one(name: str) -> None:
+        obj = name.replace(".c", ".o")
+        subprocess.run([str(LLVM_BIN / "clang"), "-flto=thin", "-O2", "-c", name, "-o", obj],
+                       cwd=dest, check=True, capture_output=True)  # fmt: skip
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        list(pool.map(compile_one, sorted(sources)))
+    members = [n.replace(".c", ".o") for n in sorted(sources) if n != "main.c"]
+    subprocess.run([str(LLVM_BIN / "llvm-ar"), "rcs", "libmods.a", *members], cwd=dest,
+                   check=True, capture_output=True)  # fmt: skip
+    return dest
+
+
+def link_command(program: str, out: str, extra: list[str]) -> list[str]:
+    if program.startswith("lua"):
+        return lua.link_command(out, extra)
+    return [str(LLVM_BIN / "clang"), "-flto=thin", "-O2", "-fuse-ld=lld", "main.o",
+            "libmods.a", "-o", out, *extra]  # fmt: skip
+
+
+def prepare(program: str, work: Path, floor_c: Path, fresh: bool) -> dict[str, Callable[[], float]]:
+    """Builds the program, warms every cache, saves the floors' objects; returns the four
+    timed links. Without ``fresh``, a build, caches and objects left by a previous run are
+    reused (the first timed links re-warm whatever is missing)."""
+    if program.startswith("lua") and (fresh or not (work / "lua/src/liblua.a").exists()):
+        src = lua.build(work / "lua", thin=program == "lua-thin")
+    elif program.startswith("lua"):
+        src = work / "lua/src"
+    else:
+        src = build_generated(int(program.split("-")[1]), work / "src")
+    ours_cache, lld_cache, pre, shards = (work / n for n in ("cache", "lld-cache", "pre", "shards"))
+    ours_args = f"--quiet,--cache-dir={ours_cache}"
+    dist = f"-fthinlto-distributor={cached_dist()}"
+    if fresh or not (pre / "0.o").exists():
+        for d in (ours_cache, lld_cache, pre, shards):
+            shutil.rmtree(d, ignore_errors=True)
+        say(f"{program}: cold link through cached-dist (compiles every job)")
+        timed(link_command(program, "app-ours", [dist, f"-Xthinlto-distributor={ours_args}"]),
+              src)  # fmt: skip
+        say(f"{program}: saving objects for the floors and shards for the decoder")
+        timed(link_command(program, "app-save", [
+        f"-fthinlto-distributor={sys.executable}",
+        f"-Xthinlto-distributor={HERE / 'floor_save.py'},{pre},{CAPTURE},{shards},"
+        f"{cached_dist()},{ours_args}"]), src)  # fmt: skip
+    no_native = work / "cached-dist-python-decoder"
+    no_native.write_text(f"#!{sys.executable}\nimport sys\n"
+                         "sys.modules['cached_dist.bitcode._shard'] = None\n"
+                         "from cached_dist.cli import run\nrun()\n")  # fmt: skip
+    no_native.chmod(0o755)
+    c_floor = [f"-fthinlto-distributor={floor_c}", f"-Xthinlto-distributor={pre}"]
+    py_floor = [f"-fthinlto-distributor={sys.executable}",
+                f"-Xthinlto-distributor={HERE / 'floor_py.py'},{pre}"]  # fmt: skip
+    lld = [*c_floor, f"-Wl,--thinlto-cache-dir={lld_cache}"]  # warmed by the C floor's objects
+    commands = {
+        "LLD cache": link_command(program, "app-lld", lld),
+        "cached-dist": link_command(
+            program, "app-ours", [dist, f"-Xthinlto-distributor={ours_args}"]
+        ),
+        "C floor": link_command(program, "app-cfloor", c_floor),
+        "Python floor": link_command(program, "app-pyfloor", py_floor),
+        PY_DECODER: link_command(
+            program,
+            "app-ourspy",
+            [f"-fthinlto-distributor={no_native}", f"-Xthinlto-distributor={ours_args}"],
+        ),
+    }
+    for command in commands.values():
+        timed(command, src)  # everything warm, every binary written once
+    binaries = {(src / f"app-{n}").read_bytes()
+                for n in ("lld", "ours", "cfloor", "pyfloor", "ourspy")}  # fmt: skip
+    if len(binaries) != 1:
+        raise RuntimeError(f"{program}: the five links gave different binaries")
+
+    def runner(name: str, command: list[str]) -> Callable[[], float]:
+        def run() -> float:
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            wall = timed(command, src)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+            CPU_TIMES.setdefault(f"{program}: {name}", []).append(cpu)
+            return wall
+
+        return run
+
+    return {name: runner(name, command) for name, command in commands.items()}
+
+
+def shard_speed(shard_dirs: list[Path]) -> dict[str, float]:
+    """Native and reference canonicalization of the captured shards: MB/s and agreement."""
+    from cached_dist.bitcode import native
+    from cached_dist.bitcode.shard import canonical_shard
+
+    shards = [p.read_bytes() for d in shard_dirs for p in sorted(d.glob("*.thinlto.bc"))]
+
+    def lookup(path: str) -> str | None:
+        return None  # the captured module files are gone: paths stay in the form
+
+    total = sum(len(s) for s in shards)
+    reference = [canonical_shard(s, lookup) for s in shards]
+    result: dict[str, float] = {"shards": len(shards), "bytes": total,
+                                "exact": sum(r.exact for r in reference)}  # fmt: skip
+    started = time.process_time()
+    for s in shards:
+        canonical_shard(s, lookup)
+    result["python_mb_s"] = total / 1e6 / (time.process_time() - started)
+    if native.NATIVE:
+        same = sum(native.canonical_digest(s, lookup)[:2] == (r.digest, r.exact)
+                   for s, r in zip(shards, reference, strict=True))  # fmt: skip
+        result["native_same_digest"] = same
+        rounds = 5
+        started = time.process_time()
+        for _ in range(rounds):
+            for s in shards:
+                native.canonical_digest(s, lookup)
+        result["native_mb_s"] = rounds * total / 1e6 / (time.process_time() - started)
+    return result
+
+
+def profile_hit(program: str, work: Path) -> None:
+    """One cached-dist full hit under cProfile; prints the top of the cumulative profile."""
+    src = work / ("lua/src" if program.startswith("lua") else "src")
+    out = work / "hit.prof"
+    wrapper = work / "profiled-cached-dist"
+    # cli.run() ends with os._exit (no interpreter teardown): profile main(), save, then exit.
+    wrapper.write_text(f"#!{sys.executable}\nimport cProfile, sys\n"
+                       f"from cached_dist.cli import main\np = cProfile.Profile()\n"
+                       f"rc = p.runcall(main, sys.argv[1:])\n"
+                       f"p.dump_stats({str(out)!r})\nsys.exit(rc)\n")  # fmt: skip
+    wrapper.chmod(0o755)
+    timed(link_command(program, "app-ours", [
+        f"-fthinlto-distributor={wrapper}",
+        f"-Xthinlto-distributor=--quiet,--cache-dir={work / 'cache'}"]), src)  # fmt: skip
+    import pstats
+
+    print(f"--- cProfile of one cached-dist full hit: {program}")
+    pstats.Stats(str(out)).sort_stats("tottime").print_stats(18)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.floor_bench", description=__doc__)
+    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--programs", default=",".join(PROGRAMS))
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--fresh", action="store_true", help="rebuild everything")
+    args = parser.parse_args(argv)
+    programs = [p for p in args.programs.split(",") if p]
+    byte_compile()
+    root = WORK / "floor_bench"
+    root.mkdir(parents=True, exist_ok=True)
+    floor_c = root / "floor_c"
+    subprocess.run(["cc", "-O2", "-o", str(floor_c), str(HERE / "floor_c.c")], check=True)
+    configs: dict[str, Callable[[], float]] = {}
+    jobs: dict[str, int] = {}
+    for program in programs:
+        for name, thunk in prepare(program, root / program, floor_c, args.fresh).items():
+            configs[f"{program}: {name}"] = thunk
+        job_files = list((root / program / "shards").glob("*.job.json"))
+        jobs[program] = len(json.loads(job_files[0].read_text())["jobs"])
+    if args.profile:
+        for program in programs:
+            profile_hit(program, root / program)
+    results = interleave(configs, args.rounds, say)
+    table: dict[str, dict[str, object]] = {}
+    print("| program | jobs | LLD cache | cached-dist | C floor | Python floor | Python decoder | "
+          "excess over the Python floor |")  # fmt: skip
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for program in programs:
+        med = {n: results[f"{program}: {n}"].median for n in
+               CONFIGS}  # fmt: skip
+        lld = med["LLD cache"]
+        excess = (med["cached-dist"] - med["Python floor"]) / jobs[program]
+        table[program] = {"jobs": jobs[program], **{f"{n} s": v for n, v in med.items()},
+                          **{f"{n} ratio": v / lld for n, v in med.items()},
+                          "excess_ms_per_job": 1000 * excess}  # fmt: skip
+        cells = " | ".join(f"{1000 * med[n]:.0f} ms ({med[n] / lld:.2f}x)"
+                           for n in CONFIGS[1:])  # fmt: skip
+        print(f"| {program} | {jobs[program]} | {1000 * lld:.0f} ms | {cells} | "
+              f"{1000 * excess:.3f} ms/job |")  # fmt: skip
+    print("\nCPU time (user + system, the link and all it ran), medians:\n")
+    print("| program | jobs | LLD cache | cached-dist | C floor | Python floor | Python decoder | "
+          "excess over the Python floor |")  # fmt: skip
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for program in programs:
+        cpu = {n: statistics.median(CPU_TIMES[f"{program}: {n}"]) for n in CONFIGS}
+        lld = cpu["LLD cache"]
+        excess = (cpu["cached-dist"] - cpu["Python floor"]) / jobs[program]
+        table[program]["cpu"] = {**{f"{n} s": v for n, v in cpu.items()},
+                                 "excess_ms_per_job": 1000 * excess}  # fmt: skip
+        cells = " | ".join(f"{1000 * cpu[n]:.0f} ms ({cpu[n] / lld:.2f}x)"
+                           for n in CONFIGS[1:])  # fmt: skip
+        print(f"| {program} | {jobs[program]} | {1000 * lld:.0f} ms | {cells} | "
+              f"{1000 * excess:.3f} ms/job |")  # fmt: skip
+    speed = shard_speed([root / p / "shards" for p in programs])
+    print(f"shards: {speed}")
+    report = {"benchmark": "floor_bench", "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+              "machine": machine(), "load": os.getloadavg(), "rounds": args.rounds,
+              "table": table, "shard_canonicalization": speed,
+              "times_s": {n: m.times for n, m in results.items()},
+              "cpu_s": CPU_TIMES}  # fmt: skip
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "floor_bench.json").write_text(json.dumps(report, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
