@@ -59,18 +59,21 @@ class Blobs:
         except OSError:
             return False
 
+    def _new_temp(self) -> tuple[int, str]:
+        """A new temporary file in tmp/ (made if a clear or a fresh store removed it)."""
+        try:
+            return self._open_temp()
+        except FileNotFoundError:
+            self._modes.makedirs(self.tmp)
+            return self._open_temp()
+
     def ingest(self, source: str) -> tuple[str, int, bool]:
         """Copy `source` into the store; return (digest, size, newly stored).
 
         The bytes go to a temporary file in tmp/ first and are renamed into place, so a reader
         never sees a partial blob; a writer killed half-way leaves only a stray temporary file.
         """
-        try:
-            fd = self._open_temp()
-        except FileNotFoundError:
-            self._modes.makedirs(self.tmp)
-            fd = self._open_temp()
-        tmp_fd, tmp_path = fd
+        tmp_fd, tmp_path = self._new_temp()
         try:
             hasher = xxhash.xxh3_128()
             size = 0
@@ -96,12 +99,7 @@ class Blobs:
     def ingest_bytes(self, data: bytes, digest: str) -> tuple[int, bool]:
         """Store ``data`` whose XXH3-128 ``digest`` the caller has just checked (an entry
         imported from another tier); return (size, newly stored)."""
-        try:
-            fd = self._open_temp()
-        except FileNotFoundError:
-            self._modes.makedirs(self.tmp)
-            fd = self._open_temp()
-        tmp_fd, tmp_path = fd
+        tmp_fd, tmp_path = self._new_temp()
         try:
             write_all(tmp_fd, data)
             self._modes.fix_file(tmp_fd)

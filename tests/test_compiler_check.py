@@ -10,18 +10,8 @@ from cached_dist.keys import toolchain
 from cached_dist.options import resolve
 
 from .llvm21 import Llvm21, requires_llvm21, script
+from .test_key import DictMemo as Memo
 from .toolchain import CLANG, run
-
-
-class Memo:
-    def __init__(self) -> None:
-        self.data: dict[tuple[str, str], str] = {}
-
-    def memo_get(self, namespace: str, key: str) -> str | None:
-        return self.data.get((namespace, key))
-
-    def memo_put(self, namespace: str, key: str, value: str) -> None:
-        self.data[(namespace, key)] = value
 
 
 def test_option_values_and_errors(tmp_path: Path) -> None:
