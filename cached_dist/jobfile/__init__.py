@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 
 from ..errors import JobFileError
 
@@ -103,7 +104,13 @@ class JobFile:
 def load(path: str) -> JobFile:
     """Reads and validates a job file; every defect is a :class:`JobFileError` naming the spot."""
     try:
-        with open(path, "rb") as f:
+        # stat before open: opening a FIFO waits for a writer, and a device may never end.
+        mode = os.stat(path).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError
+        if not stat.S_ISREG(mode):
+            raise JobFileError(f"job file is not a regular file: {path}")
+        with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as f:
             raw = f.read()
     except FileNotFoundError:
         raise JobFileError(f"job file not found: {path}") from None
