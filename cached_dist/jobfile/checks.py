@@ -106,7 +106,8 @@ def _check_outputs(job_file: JobFile, input_names: set[str], outputs: _Outputs) 
             if path in input_names or os.path.normpath(path) in input_names:
                 raise InputError(f"output {path} is also an input ({_where(job)}): "
                                  "refusing to overwrite it")  # fmt: skip
-            directory, name = os.path.split(path)
+            head, sep, name = path.rpartition("/")  # os.path.split, minus its cost per job
+            directory = head or sep
             real = outputs.real_dir(directory)
             if not name:
                 raise InputError(f"output {path} names a directory ({_where(job)})")
