@@ -3,7 +3,7 @@
 #   make test   ruff, mypy --strict and the pytest suite (what .ci/run runs)
 export PATH := $(CURDIR)/.venv/bin:/usr/lib/llvm-22/bin:$(PATH)
 
-.PHONY: setup demo test lint bench
+.PHONY: setup demo test lint bench fuzz
 
 setup:
 	scripts/setup
@@ -21,3 +21,7 @@ test: lint
 
 bench: setup
 	python -m benchmarks run
+
+# The job-file fuzzer's long run (CI runs 120 cases of it inside `make test`).
+fuzz: setup
+	CACHED_DIST_FUZZ_CASES=$${CACHED_DIST_FUZZ_CASES:-2000} python -m pytest -q tests/test_jobfile_fuzz.py

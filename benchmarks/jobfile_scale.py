@@ -183,7 +183,7 @@ def main() -> int:
                     rows.setdefault(f"{n}/{kind}/{name}", {}).setdefault("runs", []).append(
                         [seconds, rss]
                     )
-    summary = {}
+    summary: dict[str, dict[str, object]] = {}
     for label, data in rows.items():
         n = int(label.split("/")[0])
         runs = sorted(data["runs"])
@@ -198,8 +198,8 @@ def main() -> int:
     print("| jobs | phase | code | wall time | per job | peak RSS |")
     print("| --- | --- | --- | --- | --- | --- |")
     for label, s in summary.items():
-        n, kind, name = label.split("/")
-        print(f"| {n} | {kind} | {name} | {s['seconds']:.2f} s | {s['ms_per_job']:.3f} ms | "
+        size, kind, name = label.split("/")
+        print(f"| {size} | {kind} | {name} | {s['seconds']:.2f} s | {s['ms_per_job']:.3f} ms | "
               f"{s['peak_rss_mib']:.0f} MiB |")  # fmt: skip
     return 0
 

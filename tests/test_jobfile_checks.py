@@ -131,6 +131,9 @@ CASES: dict[str, tuple[Setup, list[str], str]] = {
     "output inside the cache's files": (
         lambda d: [job("a.o", "cache/blobs/x.o")], [],
         "output cache/blobs/x.o is inside the cache's own files"),
+    "-o names an input, not an output": (
+        lambda d: [{"args": ["-o", "lib.o"], **job("a.o", "a.native.o", imports=("lib.o",))}],
+        [], "the command writes -o lib.o, which is not one of the job's outputs (job 0, "),
     "output directory missing": (
         lambda d: [job("a.o", "nowhere/a.native.o")], [],
         "output directory does not exist: nowhere"),

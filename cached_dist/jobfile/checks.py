@@ -101,6 +101,7 @@ def _input_message(path: str, problem: str, where: str) -> str:
 
 def _check_outputs(job_file: JobFile, input_names: set[str], outputs: _Outputs) -> None:
     input_ids: set[tuple[int, int]] | None = None  # computed only if some output exists
+    common_dash_o = "-o" in job_file.common_args  # the design schema's template may end so
     for job in job_file.jobs:
         for path in job.outputs:
             if path in input_names or os.path.normpath(path) in input_names:
@@ -136,12 +137,28 @@ def _check_outputs(job_file: JobFile, input_names: set[str], outputs: _Outputs) 
             if (st.st_dev, st.st_ino) in input_ids:
                 raise InputError(f"output {path} is also an input, by another name "
                                  f"({_where(job)}): refusing to overwrite it")  # fmt: skip
+        _check_dash_o(job, job_file.command(job) if common_dash_o else job.args)
     for directory in sorted(outputs.real_dirs):
         shown = directory or "."
         if not os.path.isdir(shown):
             raise InputError(f"output directory does not exist: {shown}")
         if not os.access(shown, os.W_OK | os.X_OK):
             raise InputError(f"cannot write to output directory: {shown}")
+
+
+def _check_dash_o(job: Job, args: "tuple[str, ...] | list[str]") -> None:
+    """The command's ``-o FILE`` must be one of the job's outputs: else the compiler would
+    write a file the job file does not declare, such as one of the inputs."""
+    if "-o" not in args:
+        return
+    for k, arg in enumerate(args[:-1]):
+        if arg == "-o":
+            target = args[k + 1]
+            if target not in job.outputs and os.path.normpath(target) not in {
+                os.path.normpath(o) for o in job.outputs
+            }:
+                raise InputError(f"the command writes -o {target}, which is not one of the "
+                                 f"job's outputs ({_where(job)})")  # fmt: skip
 
 
 def _identities(paths: set[str]) -> set[tuple[int, int]]:
