@@ -22,6 +22,6 @@ test: lint
 bench: setup
 	python -m benchmarks run
 
-# The job-file fuzzer's long run (CI runs 120 cases of it inside `make test`).
+# The job-file fuzzer's long run (CI runs 100 cases of it inside `make test`).
 fuzz: setup
 	CACHED_DIST_FUZZ_CASES=$${CACHED_DIST_FUZZ_CASES:-2000} python -m pytest -q tests/test_jobfile_fuzz.py

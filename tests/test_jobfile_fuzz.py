@@ -15,7 +15,7 @@ runs cached-dist with a cache shared by every case, and checks:
   served from the shared cache and give the reference objects, and real clean links give
   the reference binaries.
 
-CACHED_DIST_FUZZ_CASES sets the number of cases (CI: 120; ``make fuzz``: 2000) and
+CACHED_DIST_FUZZ_CASES sets the number of cases (CI: 100; ``make fuzz``: 2000) and
 CACHED_DIST_FUZZ_SEED the first seed, CACHED_DIST_FUZZ_EXE another installation's console
 script to fuzz (the references always come from this one); a failure names its seed, and rerunning that one case
 is ``CACHED_DIST_FUZZ_SEED=N CACHED_DIST_FUZZ_CASES=1``.
@@ -26,6 +26,7 @@ import json
 import os
 import random
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -42,11 +43,13 @@ from .toolchain import Project, build, cached_dist_exe, requires_toolchain
 
 pytestmark = [requires_toolchain, pytest.mark.e2e]
 
-CASES = int(os.environ.get("CACHED_DIST_FUZZ_CASES", "120"))
+CASES = int(os.environ.get("CACHED_DIST_FUZZ_CASES", "100"))
 FIRST_SEED = int(os.environ.get("CACHED_DIST_FUZZ_SEED", "0"))
 TARGET = os.environ.get("CACHED_DIST_FUZZ_EXE")  # another installation to fuzz, if set
 CHECK_EVERY = 40  # cases between checks that the shared cache still serves the right bytes
-BOUND = float(os.environ.get("CACHED_DIST_FUZZ_BOUND", "60"))  # seconds a case may take; killed at 2x
+BOUND = float(
+    os.environ.get("CACHED_DIST_FUZZ_BOUND", "60")
+)  # seconds a case may take; killed at 2x
 PROJECTS = [("calc", "regular"), ("calc", "thin"), ("shapes", "regular"), ("shapes", "thin")]
 CAPTURE = Path(__file__).parent / "capture_jobfile.py"
 
@@ -104,8 +107,10 @@ def mutate(rng: random.Random, doc: dict[str, Any], work: Path, cache: Path) -> 
     inputs, outputs = _paths(doc, "inputs"), _paths(doc, "outputs")
     strange: dict[str, Callable[[], str]] = {
         "fifo": lambda: _fifo(work / f"fifo{rng.randrange(1000)}"),
-        "dev-zero": lambda: "/dev/zero",
-        "dev-null": lambda: "/dev/null",
+        # Devices only through symlinks in the copy: a cached-dist that wrongly removes an
+        # output then removes the link, never /dev/zero itself (the tests may run as root).
+        "dev-zero": lambda: _symlink(work / "zero", "/dev/zero"),
+        "dev-null": lambda: _symlink(work / "null", "/dev/null"),
         "directory": lambda: _directory(work / f"dir{rng.randrange(1000)}"),
         "outside": lambda: "../outside/keep.o",
         "outside-abs": lambda: str(work.parent / "outside" / "keep.o"),
@@ -160,6 +165,12 @@ def mutate(rng: random.Random, doc: dict[str, Any], work: Path, cache: Path) -> 
 def _fifo(path: Path) -> str:
     if not path.exists():
         os.mkfifo(path)
+    return path.name
+
+
+def _symlink(path: Path, target: str) -> str:
+    if not path.is_symlink():
+        path.symlink_to(target)
     return path.name
 
 
@@ -236,6 +247,65 @@ def may_change(doc: object, work: Path, root: Path) -> set[str]:
     return named
 
 
+def _lld_files(doc: object) -> tuple[list[str], list[str]] | None:
+    """(inputs, outputs) of an LLD-schema document whose fields have the right types."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("common"), dict):
+        return None
+    common, jobs = doc["common"], doc.get("jobs")
+    common_inputs = common.get("inputs", [])
+    if (
+        not isinstance(jobs, list)
+        or not _strings(common_inputs)
+        or not _strings(common.get("args"))
+    ):
+        return None
+    inputs, outputs = list(common_inputs), []
+    for job in jobs:
+        if not isinstance(job, dict) or not all(_strings(job.get(k)) for k in
+                                                ("args", "inputs", "outputs")):  # fmt: skip
+            return None
+        inputs += job["inputs"]
+        outputs += job["outputs"]
+    return inputs, outputs
+
+
+def _strings(value: object) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) and v for v in value)
+
+
+def must_refuse(doc: object, work: Path) -> str | None:
+    """The fuzzer's own oracle: why cached-dist must refuse this job file, if it must."""
+    files = _lld_files(doc)
+    if files is None:
+        return None
+    inputs, outputs = files
+    normal_inputs = {os.path.normpath(p) for p in inputs}
+    seen: set[str] = set()
+    for out in outputs:
+        normal = os.path.normpath(out)
+        if normal in normal_inputs:
+            return f"output {out} is an input"
+        if normal in seen:
+            return f"output {out} repeats"
+        seen.add(normal)
+    for path in inputs:
+        with contextlib.suppress(OSError):
+            if not stat.S_ISREG(os.stat(work / path).st_mode):
+                return f"input {path} is not a regular file"
+    return None
+
+
+def input_contents(doc: object, work: Path) -> dict[str, bytes]:
+    """The bytes of every input the document names that is a regular file in the copy."""
+    found = {}
+    files = _lld_files(doc)
+    for path in files[0] if files else []:
+        with contextlib.suppress(OSError):
+            if stat.S_ISREG(os.stat(work / path).st_mode):
+                found[path] = (work / path).read_bytes()
+    return found
+
+
 def changed(before: dict[str, Any], after: dict[str, Any]) -> set[str]:
     return {p for p in before.keys() | after.keys() if before.get(p) != after.get(p)}
 
@@ -264,6 +334,8 @@ def run_case(fuzz: Fuzz, seed: int) -> tuple[str, int]:
     except ValueError:
         parsed = None
     what = f"seed {seed} ({capture.label}: {', '.join(names)})"
+    refuse = must_refuse(parsed, work)
+    inputs = input_contents(parsed, work)
     before = snapshot(case)
     env = {**os.environ, "XDG_CACHE_HOME": str(case / "xdg"), "XDG_CONFIG_HOME": str(case)}
     started = time.monotonic()
@@ -277,6 +349,10 @@ def run_case(fuzz: Fuzz, seed: int) -> tuple[str, int]:
     assert done.returncode in (0, 1, 2), f"{what}: exit {done.returncode}: {done.stderr}"
     assert "Traceback" not in done.stderr, f"{what}: {done.stderr}"
     assert took < BOUND, f"{what}: took {took:.1f} s"
+    if refuse is not None:
+        assert done.returncode == 2, f"{what}: {refuse}, yet exit {done.returncode}"
+    for path, data in inputs.items():
+        assert (work / path).read_bytes() == data, f"{what}: input {path} changed"
     touched = changed(before, snapshot(case))
     if done.returncode == 2:
         assert touched == set(), f"{what}: exit 2 but changed {sorted(touched)}: {done.stderr}"
@@ -286,6 +362,8 @@ def run_case(fuzz: Fuzz, seed: int) -> tuple[str, int]:
             f"{what}: changed {sorted(touched - allowed)} outside the outputs: {done.stderr}"
         )
     assert set(os.listdir(fuzz.cache)) <= set(LAYOUT), f"{what}: {os.listdir(fuzz.cache)}"
+    for device in ("/dev/null", "/dev/zero"):  # named only through symlinks; still there?
+        assert stat.S_ISCHR(os.stat(device).st_mode), f"{what}: {device} is gone"
     shutil.rmtree(case)
     return what, done.returncode
 

@@ -27,12 +27,19 @@ def read_regular(path: str, seen: os.stat_result | None = None) -> bytes:
         raise OSError(f"{path} is not a regular file")
     # O_NONBLOCK: should a FIFO have been put in its place since, opening it must not wait.
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    with open(fd, "rb") as f:
+    try:
         now = os.fstat(fd)
         if (now.st_dev, now.st_ino) != (seen.st_dev, seen.st_ino) or not stat.S_ISREG(now.st_mode):
             raise OSError(f"{path} was replaced while being read")
-        data = f.read(seen.st_size + 1)
+        want = seen.st_size + 1  # one byte more than examined tells a file that grew
+        parts = []
+        while want > 0 and (part := os.read(fd, want)):
+            parts.append(part)
+            want -= len(part)
+        data = b"".join(parts)
         after = os.fstat(fd)
+    finally:
+        os.close(fd)
     if len(data) != seen.st_size or (after.st_size, after.st_mtime_ns) != (
         seen.st_size,
         seen.st_mtime_ns,
@@ -45,6 +52,14 @@ class Digests:
     def __init__(self) -> None:
         self._memo: dict[tuple[int, int, int, int], str] = {}
         self._by_path: dict[str, str] = {}  # inputs do not change while LLD waits on us
+        self._is_file: dict[str, bool] = {}
+
+    def is_file(self, path: str) -> bool:
+        """``os.path.isfile``, once per path per link: every job repeats the shared options."""
+        found = self._is_file.get(path)
+        if found is None:
+            found = self._is_file[path] = os.path.isfile(path)
+        return found
 
     def of(self, path: str) -> str:
         """The digest of ``path``'s content; OSError if it cannot be read."""
