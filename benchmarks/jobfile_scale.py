@@ -107,7 +107,8 @@ def capture() -> dict[str, object]:
 
 def job_file(base: dict[str, object], n: int) -> Path:
     """N copies of the captured job, each with its own output in out-N/ and its own shard
-    in shards-N/ (hard links to the real one: per-path work as in a real link, no disk)."""
+    in shards-N/ (hard links to copies of the real one: per-path work as in a real link,
+    little disk)."""
     path = WORK / f"jobs-{n}.json"
     if path.exists():
         return path
@@ -120,7 +121,10 @@ def job_file(base: dict[str, object], n: int) -> Path:
     for i in range(n):
         mine, my_shard = f"out-{n}/{i}.native.o", f"shards-{n}/{i}.thinlto.bc"
         if not os.path.exists(WORK / my_shard):
-            os.link(WORK / shard, WORK / my_shard)
+            source = WORK / f"shards-{n}" / f"source-{i // 50000}"  # ext4: < 65000 links
+            if not source.exists():
+                shutil.copy(WORK / shard, source)
+            os.link(source, WORK / my_shard)
         args = [mine if a == out else a for a in job["args"]]
         args = [f"-fthinlto-index={my_shard}" if a.startswith("-fthinlto-index=") else a
                 for a in args]  # fmt: skip
@@ -191,10 +195,15 @@ def main() -> int:
         summary[label] = {"jobs": n, "seconds": median[0], "ms_per_job": 1e3 * median[0] / n,
                           "peak_rss_mib": max(r[1] for r in runs) / 1024, "runs": runs}  # fmt: skip
     RESULTS.parent.mkdir(exist_ok=True)
-    document = {"measured": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-                "command": " ".join(["python -m benchmarks.jobfile_scale", *sys.argv[1:]]),
-                "results": summary}  # fmt: skip
+    # Runs of other sizes are kept: one invocation per size range builds the whole table.
+    document = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"runs": {}}
+    command = " ".join(["python -m benchmarks.jobfile_scale", *sys.argv[1:]])
+    measured = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    for s in summary.values():
+        s.update(command=command, measured=measured)
+    document["runs"].update(summary)
     RESULTS.write_text(json.dumps(document, indent=1) + "\n")
+    summary = document["runs"]
     print("| jobs | phase | code | wall time | per job | peak RSS |")
     print("| --- | --- | --- | --- | --- | --- |")
     for label, s in summary.items():

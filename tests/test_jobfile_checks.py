@@ -208,3 +208,35 @@ def test_store_refuses_to_ingest_a_fifo(tmp_path: Path) -> None:
     assert not ok and time.monotonic() - started < 10
     assert warnings and "not a regular file" in warnings[0]
     assert store.get("0" * 32) is None
+
+
+def test_clang_without_dash_o_is_refused(tmp_path: Path) -> None:
+    """Found by the fuzzer: clang -c a.o without -o writes its object over a.o."""
+    project(tmp_path)
+    doc = {"common": {"args": ["/usr/lib/llvm-22/bin/clang", "-c", "-O2"], "inputs": []},
+           "jobs": [{"args": ["a.o", "-fthinlto-index=a.thinlto.bc"],
+                     "inputs": ["a.o", "a.thinlto.bc"], "outputs": ["a.native.o"]}]}  # fmt: skip
+    (tmp_path / "job.json").write_text(json.dumps(doc))
+    before = snapshot(tmp_path)
+    done = run_cached_dist(tmp_path)
+    assert_one_line_error(done, 2, "the command has no -o: the compiler would name the object "
+                          "itself, perhaps after an input (job 0, module a.o)")  # fmt: skip
+    assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("where", ["inputs", "args", "common"])
+def test_nul_characters_are_refused(tmp_path: Path, where: str) -> None:
+    """Found by the fuzzer: no path or argument can hold NUL (os.stat raises ValueError)."""
+    project(tmp_path)
+    entry = job("a.o", "a.native.o")
+    write_job_file(tmp_path, [entry], [])
+    doc = json.loads((tmp_path / "job.json").read_text())
+    if where == "inputs":
+        doc["jobs"][0]["inputs"].append("lib\0.o")
+    elif where == "args":
+        doc["jobs"][0]["args"].append("-I\0x")
+    else:
+        doc["common"]["args"][0] = "pyth\0on3"
+    (tmp_path / "job.json").write_text(json.dumps(doc))
+    done = run_cached_dist(tmp_path)
+    assert_one_line_error(done, 2, "contains a NUL character")

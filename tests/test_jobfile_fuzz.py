@@ -289,7 +289,7 @@ def must_refuse(doc: object, work: Path) -> str | None:
             return f"output {out} repeats"
         seen.add(normal)
     for path in inputs:
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, ValueError):  # ValueError: a NUL in the path
             if not stat.S_ISREG(os.stat(work / path).st_mode):
                 return f"input {path} is not a regular file"
     return None
@@ -300,7 +300,7 @@ def input_contents(doc: object, work: Path) -> dict[str, bytes]:
     found = {}
     files = _lld_files(doc)
     for path in files[0] if files else []:
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, ValueError):  # ValueError: a NUL in the path
             if stat.S_ISREG(os.stat(work / path).st_mode):
                 found[path] = (work / path).read_bytes()
     return found
@@ -361,7 +361,8 @@ def run_case(fuzz: Fuzz, seed: int) -> tuple[str, int]:
         assert touched <= allowed, (
             f"{what}: changed {sorted(touched - allowed)} outside the outputs: {done.stderr}"
         )
-    assert set(os.listdir(fuzz.cache)) <= set(LAYOUT), f"{what}: {os.listdir(fuzz.cache)}"
+    made = os.listdir(fuzz.cache) if fuzz.cache.exists() else []
+    assert set(made) <= set(LAYOUT), f"{what}: {made}"
     for device in ("/dev/null", "/dev/zero"):  # named only through symlinks; still there?
         assert stat.S_ISCHR(os.stat(device).st_mode), f"{what}: {device} is gone"
     shutil.rmtree(case)

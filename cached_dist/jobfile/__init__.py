@@ -150,7 +150,7 @@ class _Parser:
             return table
         args, inputs, outputs = table.get("args"), table.get("inputs"), table.get("outputs")
         if not (
-            isinstance(args, list) and all(isinstance(a, str) for a in args)
+            isinstance(args, list) and all(isinstance(a, str) and "\0" not in a for a in args)
             and isinstance(inputs, list) and inputs and all(_is_path(p) for p in inputs)
             and isinstance(outputs, list) and outputs and all(_is_path(p) for p in outputs)
         ):  # fmt: skip
@@ -184,6 +184,8 @@ class _Parser:
                 raise self.fail(f"{where}[{i}]", f"expected a string, got {_kind(item)}")
             if paths and not item:
                 raise self.fail(f"{where}[{i}]", "empty path")
+            if "\0" in item:  # no path or command-line argument can hold one
+                raise self.fail(f"{where}[{i}]", "contains a NUL character")
         if len(value) < min_len:
             raise self.fail(where, f"expected at least {min_len} entries, got {len(value)}")
         names = self.names
@@ -282,12 +284,16 @@ class _Parser:
 
     def check_template_item(self, item: object, where: str) -> None:
         if isinstance(item, str):
+            if "\0" in item:
+                raise self.fail(where, "contains a NUL character")
             return
         if not isinstance(item, list) or not item or not isinstance(item[0], str):
             raise self.fail(where, 'expected a string or a placeholder ["field", ...]')
         for k, piece in enumerate(item[1:], 1):
             if isinstance(piece, bool) or not isinstance(piece, str | int):
                 raise self.fail(f"{where}[{k}]", f"expected a string or index, got {_kind(piece)}")
+            if isinstance(piece, str) and "\0" in piece:
+                raise self.fail(f"{where}[{k}]", "contains a NUL character")
 
     def expand(self, item: str | list[Any], arrays: dict[str, tuple[str, ...]], where: str) -> str:
         """``["summary_index", "-fthinlto-index=", 0]`` -> "-fthinlto-index=" + summary_index[0]."""
@@ -311,7 +317,7 @@ class _Parser:
 
 
 def _is_path(value: object) -> bool:
-    return isinstance(value, str) and value != ""
+    return isinstance(value, str) and value != "" and "\0" not in value
 
 
 def _kind(value: object) -> str:

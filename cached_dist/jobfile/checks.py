@@ -137,7 +137,8 @@ def _check_outputs(job_file: JobFile, input_names: set[str], outputs: _Outputs) 
             if (st.st_dev, st.st_ino) in input_ids:
                 raise InputError(f"output {path} is also an input, by another name "
                                  f"({_where(job)}): refusing to overwrite it")  # fmt: skip
-        _check_dash_o(job, job_file.command(job) if common_dash_o else job.args)
+        _check_dash_o(job, job_file.command(job) if common_dash_o else job.args,
+                      job_file.common_args)  # fmt: skip
     for directory in sorted(outputs.real_dirs):
         shown = directory or "."
         if not os.path.isdir(shown):
@@ -146,10 +147,15 @@ def _check_outputs(job_file: JobFile, input_names: set[str], outputs: _Outputs) 
             raise InputError(f"cannot write to output directory: {shown}")
 
 
-def _check_dash_o(job: Job, args: "tuple[str, ...] | list[str]") -> None:
-    """The command's ``-o FILE`` must be one of the job's outputs: else the compiler would
-    write a file the job file does not declare, such as one of the inputs."""
-    if "-o" not in args:
+def _check_dash_o(job: Job, args: "tuple[str, ...] | list[str]", common: tuple[str, ...]) -> None:
+    """A compile must say where its object goes, and there only: clang without ``-o`` names
+    the object after its input (``-c a.o`` overwrites a.o), and a ``-o FILE`` that is not
+    one of the job's outputs writes a file the job file does not declare. (Other tools,
+    such as a design-schema template's, may name their output with flags of their own.)"""
+    if "-o" not in args and "-o" not in common:
+        if common and "clang" in os.path.basename(common[0]):
+            raise InputError("the command has no -o: the compiler would name the object "
+                             f"itself, perhaps after an input ({_where(job)})")  # fmt: skip
         return
     for k, arg in enumerate(args[:-1]):
         if arg == "-o":
