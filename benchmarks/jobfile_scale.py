@@ -106,6 +106,17 @@ def capture() -> dict[str, object]:
 
 
 def job_file(base: dict[str, object], n: int) -> Path:
+    """Writes the N-job file in a child process: a child's ru_maxrss starts from its parent's
+    peak (Linux carries the high-water mark across fork and exec), so the parent must never
+    hold a big document itself."""
+    path = WORK / f"jobs-{n}.json"
+    if not path.exists():
+        subprocess.run([sys.executable, "-m", "benchmarks.jobfile_scale", "--generate", str(n)],
+                       cwd=ROOT, check=True)  # fmt: skip
+    return path
+
+
+def generate(base: dict[str, object], n: int) -> Path:
     """N copies of the captured job, each with its own output in out-N/ and its own shard
     in shards-N/ (hard links to copies of the real one: per-path work as in a real link,
     little disk)."""
@@ -162,7 +173,11 @@ def main() -> int:
     parser.add_argument("--baseline", type=Path, help="another checkout to compare with")
     parser.add_argument("--baseline-max", type=int, default=10000)
     parser.add_argument("--kinds", default="keys,hit")
+    parser.add_argument("--generate", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.generate:
+        generate(capture(), args.generate)
+        return 0
     sizes = [int(s) for s in args.sizes.split(",")]
     base = capture()
     cache = WORK / "cache"
