@@ -4,7 +4,7 @@
 #   make test   ruff, mypy --strict and the pytest suite (what .ci/run runs)
 export PATH := $(CURDIR)/.venv/bin:/usr/lib/llvm-22/bin:$(PATH)
 
-.PHONY: setup demo demo-remote demo-dask test lint bench sanitize
+.PHONY: setup demo demo-remote demo-dask test lint bench sanitize fuzz
 
 setup:
 	scripts/setup
@@ -35,3 +35,7 @@ bench: setup
 # (scripts/sanitize; CC=clang to use clang, MUTATIONS=N for more).
 sanitize: setup
 	scripts/sanitize
+
+# The job-file fuzzer's long run (CI runs 100 cases of it inside `make test`).
+fuzz: setup
+	CACHED_DIST_FUZZ_CASES=$${CACHED_DIST_FUZZ_CASES:-2000} python -m pytest -q tests/test_jobfile_fuzz.py

@@ -13,7 +13,11 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from .maintenance import VerifyReport
 
-__all__ = ["DEFAULT_MAX_SIZE", "Claim", "Manifest", "Store", "VerifyReport"]
+__all__ = ["DEFAULT_MAX_SIZE", "LAYOUT", "Claim", "Manifest", "Store", "VerifyReport"]
+
+#: Every directory the store creates under its root: a caller that writes files elsewhere
+#: (a link's outputs) refuses paths inside these, so it can never overwrite the store's own.
+LAYOUT = ("blobs", "claims", "index", "locks", "stats", "tmp")
 
 
 def __getattr__(name: str) -> object:

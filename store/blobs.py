@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import stat
 import time
 
 import xxhash
@@ -77,17 +79,31 @@ class Blobs:
         try:
             hasher = xxhash.xxh3_128()
             size = 0
-            with open(source, "rb", buffering=0) as src:
-                if reflink(tmp_fd, src.fileno()):
+            # O_NONBLOCK and a size bound: a FIFO or device put in the source's place, or a
+            # file still growing, must fail the put, never hang it or store half a file.
+            src_fd = os.open(source, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            with open(src_fd, "rb", buffering=0) as src:
+                st = os.fstat(src_fd)
+                if not stat.S_ISREG(st.st_mode):
+                    raise OSError(errno.EINVAL, "not a regular file", source)
+                if reflink(tmp_fd, src_fd):
                     # Hash what the store now holds, not the source: the clone is what we serve.
                     while chunk := os.read(tmp_fd, _CHUNK):
                         hasher.update(chunk)
                         size += len(chunk)
                 else:
-                    while chunk := src.read(_CHUNK):
+                    while size < st.st_size and (chunk := src.read(min(_CHUNK, st.st_size - size))):
                         hasher.update(chunk)
                         write_all(tmp_fd, chunk)
                         size += len(chunk)
+                    if src.read(1):
+                        raise OSError(errno.EBUSY, "changed while being stored", source)
+                after = os.fstat(src_fd)
+                if size != st.st_size or (after.st_size, after.st_mtime_ns) != (
+                    st.st_size,
+                    st.st_mtime_ns,
+                ):
+                    raise OSError(errno.EBUSY, "changed while being stored", source)
             self._modes.fix_file(tmp_fd)
         except BaseException:
             os.close(tmp_fd)

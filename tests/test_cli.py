@@ -68,7 +68,7 @@ def _job_file(d: Path, **job: object) -> Path:
         ("dir", ["adir"], 2, "job file is a directory: adir"),
         ("badjson", ["bad.json"], 2, "job file bad.json: invalid JSON"),
         ("shape", ["shape.json"], 2, "job file shape.json: jobs[0]: missing field 'outputs'"),
-        ("noinput", ["job.json"], 2, "input not found: gone.o (job 0, m.native.o)"),
+        ("noinput", ["job.json"], 2, "input not found: gone.o (job 0, module m.o)"),
         ("nodir", ["job.json"], 2, "output directory does not exist: nowhere"),
         ("ok", ["--no-fallback", "--", "./no-such-distributor", "job.json"], 2,
          "cannot run inner distributor './no-such-distributor'"),

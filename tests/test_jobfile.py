@@ -215,3 +215,40 @@ def test_arbitrary_json_never_raises_anything_but_job_file_error(document: objec
         jobfile.parse(document)
     except JobFileError as e:
         assert str(e).startswith("job file ")
+
+
+def _outcome(f: Any) -> object:
+    try:
+        job_file = f()
+    except JobFileError as e:
+        return str(e)
+    return (job_file.schema, job_file.common_args, job_file.common_inputs, job_file.jobs,
+            [j.index for j in job_file.jobs], job_file.linker_output)  # fmt: skip
+
+
+_lld_like = st.fixed_dictionaries(
+    {"args": st.lists(st.sampled_from(["", "a", "-o", "x.o"]), max_size=3),
+     "inputs": st.lists(st.sampled_from(["", "a.o", "b.o"]), max_size=3),
+     "outputs": st.lists(st.sampled_from(["", "x.o", "y.o"]), max_size=2)}
+)  # fmt: skip
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(_near_valid, st.fixed_dictionaries(
+    {"common": st.one_of(_lld_like, st.just({"args": ["cc"]}), st.just({"args": [["x"]]})),
+     "jobs": st.lists(st.one_of(_lld_like, _near_valid), max_size=4)})))  # fmt: skip
+def test_load_decodes_jobs_early_with_the_same_outcome_as_parse(document: object) -> None:
+    """load() turns well-formed jobs into Jobs while decoding (to save memory); it must give
+    exactly what parse() gives for the same document, errors included."""
+    import os
+    import tempfile
+
+    fd, path = tempfile.mkstemp(suffix=".json")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(document, f)
+        assert _outcome(lambda: jobfile.load(path)) == _outcome(
+            lambda: jobfile.parse(json.loads(json.dumps(document)), path)
+        )
+    finally:
+        os.unlink(path)

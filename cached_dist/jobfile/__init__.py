@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 
 from ..errors import JobFileError
 
@@ -103,7 +104,13 @@ class JobFile:
 def load(path: str) -> JobFile:
     """Reads and validates a job file; every defect is a :class:`JobFileError` naming the spot."""
     try:
-        with open(path, "rb") as f:
+        # stat before open: opening a FIFO waits for a writer, and a device may never end.
+        mode = os.stat(path).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError
+        if not stat.S_ISREG(mode):
+            raise JobFileError(f"job file is not a regular file: {path}")
+        with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as f:
             raw = f.read()
     except FileNotFoundError:
         raise JobFileError(f"job file not found: {path}") from None
@@ -112,10 +119,15 @@ def load(path: str) -> JobFile:
     except OSError as e:
         raise JobFileError(f"cannot read job file {path}: {e.strerror}") from None
     try:
-        document = json.loads(raw)
+        # One copy of the text at a time: a 100,000-job file is ~30 MB of it.
+        text = raw.decode(json.detect_encoding(raw), "surrogatepass")  # as json.loads(raw)
+        del raw
+        parser = _Parser(path)
+        document = json.loads(text, object_hook=parser.early_job)
+        del text
     except (ValueError, RecursionError) as e:
         raise JobFileError(f"job file {path}: invalid JSON: {e}") from None
-    return parse(document, path)
+    return parser.parse(document)
 
 
 def parse(document: object, path: str = "<job file>") -> JobFile:
@@ -123,13 +135,39 @@ def parse(document: object, path: str = "<job file>") -> JobFile:
 
 
 class _Parser:
+    """Equal strings become one object: a module imported by thousands of jobs is named
+    thousands of times."""
+
     def __init__(self, path: str) -> None:
         self.path = path
+        self.names: dict[str, str] = {}
+
+    def early_job(self, table: dict[str, Any]) -> object:
+        """``json.loads``' object hook: a well-formed LLD job becomes a :class:`Job` (index
+        set later) the moment it is decoded, so a huge job file is never held as JSON objects
+        and as jobs at once. Anything else stays a dict, for :meth:`lld` to judge and name."""
+        if len(table) != 3:
+            return table
+        args, inputs, outputs = table.get("args"), table.get("inputs"), table.get("outputs")
+        if not (
+            isinstance(args, list) and all(isinstance(a, str) and "\0" not in a for a in args)
+            and isinstance(inputs, list) and inputs and all(_is_path(p) for p in inputs)
+            and isinstance(outputs, list) and outputs and all(_is_path(p) for p in outputs)
+        ):  # fmt: skip
+            return table
+        names = self.names
+        ins = tuple([names.setdefault(p, p) for p in inputs])
+        return Job(-1, tuple([names.setdefault(a, a) for a in args]), ins[0],
+                   ins[1] if len(ins) > 1 else None, ins[2:], (),
+                   tuple([names.setdefault(p, p) for p in outputs]))  # fmt: skip
 
     def fail(self, where: str, problem: str) -> JobFileError:
         return JobFileError(f"job file {self.path}: {where}: {problem}")
 
     def obj(self, value: object, where: str) -> dict[str, Any]:
+        if isinstance(value, Job):  # decoded early; this spot wants the object it came from
+            value = {"args": list(value.args), "inputs": list(value.inputs),
+                     "outputs": list(value.outputs)}  # fmt: skip
         if not isinstance(value, dict):
             raise self.fail(where, f"expected an object, got {_kind(value)}")
         return value
@@ -146,9 +184,12 @@ class _Parser:
                 raise self.fail(f"{where}[{i}]", f"expected a string, got {_kind(item)}")
             if paths and not item:
                 raise self.fail(f"{where}[{i}]", "empty path")
+            if "\0" in item:  # no path or command-line argument can hold one
+                raise self.fail(f"{where}[{i}]", "contains a NUL character")
         if len(value) < min_len:
             raise self.fail(where, f"expected at least {min_len} entries, got {len(value)}")
-        return tuple(value)
+        names = self.names
+        return tuple([names.setdefault(item, item) for item in value])
 
     def optional_str(self, table: dict[str, Any], key: str, where: str) -> str | None:
         value = table.get(key)
@@ -180,6 +221,10 @@ class _Parser:
         common_args = self.strings(common["args"], "common.args", paths=False)
         jobs = []
         for i, raw in enumerate(raw_jobs):
+            if isinstance(raw, Job):
+                raw.index = i
+                jobs.append(raw)
+                continue
             where = f"jobs[{i}]"
             job = self.obj(raw, where)
             for key in ("args", "inputs", "outputs"):
@@ -239,12 +284,16 @@ class _Parser:
 
     def check_template_item(self, item: object, where: str) -> None:
         if isinstance(item, str):
+            if "\0" in item:
+                raise self.fail(where, "contains a NUL character")
             return
         if not isinstance(item, list) or not item or not isinstance(item[0], str):
             raise self.fail(where, 'expected a string or a placeholder ["field", ...]')
         for k, piece in enumerate(item[1:], 1):
             if isinstance(piece, bool) or not isinstance(piece, str | int):
                 raise self.fail(f"{where}[{k}]", f"expected a string or index, got {_kind(piece)}")
+            if isinstance(piece, str) and "\0" in piece:
+                raise self.fail(f"{where}[{k}]", "contains a NUL character")
 
     def expand(self, item: str | list[Any], arrays: dict[str, tuple[str, ...]], where: str) -> str:
         """``["summary_index", "-fthinlto-index=", 0]`` -> "-fthinlto-index=" + summary_index[0]."""
@@ -265,6 +314,10 @@ class _Parser:
                     where, f"placeholder refers to {name}[{piece}], which does not exist"
                 )
         return "".join(out)
+
+
+def _is_path(value: object) -> bool:
+    return isinstance(value, str) and value != "" and "\0" not in value
 
 
 def _kind(value: object) -> str:

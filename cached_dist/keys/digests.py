@@ -3,9 +3,14 @@
 A module imported by twenty jobs is read and hashed once. The digest is XXH3-128 of the
 bytes, the same function the store uses for blobs. An archive member the linker names but
 does not write is read from the archive, so a hit never needs it on disk.
+
+Reads are bounded by the size the file had when it was examined: a FIFO or a device is never
+opened for a blocking read, and a file that changes while it is read is an error (the job is
+then compiled and not cached) rather than an endless read or a key for bytes nobody compiled.
 """
 
 import os
+import stat
 
 import xxhash
 
@@ -14,10 +19,48 @@ def digest_bytes(data: bytes) -> str:
     return xxhash.xxh3_128_hexdigest(data)
 
 
+def read_regular(path: str, seen: os.stat_result | None = None) -> bytes:
+    """The bytes of the regular file ``path``: exactly its size when examined (``seen``, or
+    a fresh stat), else OSError. Never blocks on a FIFO and never reads a device."""
+    if seen is None:
+        seen = os.stat(path)
+    if not stat.S_ISREG(seen.st_mode):
+        raise OSError(f"{path} is not a regular file")
+    # O_NONBLOCK: should a FIFO have been put in its place since, opening it must not wait.
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        now = os.fstat(fd)
+        if (now.st_dev, now.st_ino) != (seen.st_dev, seen.st_ino) or not stat.S_ISREG(now.st_mode):
+            raise OSError(f"{path} was replaced while being read")
+        want = seen.st_size + 1  # one byte more than examined tells a file that grew
+        parts = []
+        while want > 0 and (part := os.read(fd, want)):
+            parts.append(part)
+            want -= len(part)
+        data = b"".join(parts)
+        after = os.fstat(fd)
+    finally:
+        os.close(fd)
+    if len(data) != seen.st_size or (after.st_size, after.st_mtime_ns) != (
+        seen.st_size,
+        seen.st_mtime_ns,
+    ):
+        raise OSError(f"{path} changed while being read")
+    return data
+
+
 class Digests:
     def __init__(self) -> None:
         self._memo: dict[tuple[int, int, int, int], str] = {}
         self._by_path: dict[str, str] = {}  # inputs do not change while LLD waits on us
+        self._is_file: dict[str, bool] = {}
+
+    def is_file(self, path: str) -> bool:
+        """``os.path.isfile``, once per path per link: every job repeats the shared options."""
+        found = self._is_file.get(path)
+        if found is None:
+            found = self._is_file[path] = os.path.isfile(path)
+        return found
 
     def of(self, path: str) -> str:
         """The digest of ``path``'s content; OSError if it cannot be read."""
@@ -35,8 +78,7 @@ class Digests:
         identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
         found = self._memo.get(identity)
         if found is None:
-            with open(path, "rb") as f:
-                found = digest_bytes(f.read())
+            found = digest_bytes(read_regular(path, st))
             self._memo[identity] = found
         self._by_path[path] = found
         return found

@@ -78,7 +78,7 @@ def job_key(
         else:
             parts.append(arg)
             path = value if eq else arg
-            if path and not path.startswith("-") and os.path.isfile(path):
+            if path and not path.startswith("-") and digests.is_file(path):
                 others.append(path)
     if others:
         parts.append("files")

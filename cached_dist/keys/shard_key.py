@@ -20,7 +20,7 @@ import os
 import xxhash
 
 from ..jobfile import Job
-from .digests import Digests
+from .digests import Digests, read_regular
 
 # Below this many bytes to decode, forking workers costs more than it saves (the pure-Python
 # decoder does ~2 MB/s, the native one over 100 MB/s).
@@ -97,8 +97,7 @@ class ShardKeys:
                 self.digests[job.index] = "none"
                 continue
             try:
-                with open(job.shard, "rb") as f:
-                    data = f.read()
+                data = read_regular(job.shard)
                 mapping = module_map(job, digests, names)
             except OSError:
                 continue  # the key computation will fail on it too: not cacheable

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 
 import xxhash
 
@@ -55,7 +56,10 @@ def resolve_program(name: str) -> str:
 
 
 def _stat_key(path: str) -> str:
+    """Names the file's version; OSError unless it is a regular file (never open a FIFO)."""
     st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise OSError(f"{path} is not a regular file")
     return f"{path}:{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
 
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 from ..jobfile import members
-from ..jobfile.checks import check_inputs, check_output_dirs
+from ..jobfile.checks import check_job_file
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -17,8 +18,9 @@ if TYPE_CHECKING:
 def run(job_file: JobFile, options: Options, log: Log) -> int:
     """The whole distributor for one link; returns the exit status."""
     started = time.monotonic()
-    check_inputs(job_file)
-    check_output_dirs(job_file)
+    # Before any output is removed, any claim taken or the cache opened: a bad job file
+    # changes nothing on disk.
+    check_job_file(job_file, protected=_store_dirs(options.cache_dir))
     try:
         if options.disable:
             from .dispatch import run_plain
@@ -35,3 +37,12 @@ def run(job_file: JobFile, options: Options, log: Log) -> int:
             sweep()
     log.info(summary.line(time.monotonic() - started))
     return 0
+
+
+def _store_dirs(cache_dir: str) -> tuple[str, ...]:
+    """The cache's own directories, which no output may be in (the rest of it is the user's)."""
+    if not cache_dir:
+        return ()
+    from store import LAYOUT
+
+    return tuple(os.path.join(cache_dir, part) for part in LAYOUT)
