@@ -1,6 +1,6 @@
-"""Cold link of lua: the Dask runner with 2 local workers against the local runner.
+"""Cold link of lua or leveldb: the Dask runner with 2 local workers against the local runner.
 
-    python -m benchmarks.dask_link [--rounds N]
+    python -m benchmarks.dask_link [--rounds N] [--program lua|leveldb]
 
 Both compile every backend job (each link gets a fresh cache) two at a time: the local runner with
 ``--jobs=2``, the Dask runner on a scheduler and two single-threaded workers on 127.0.0.1
@@ -8,7 +8,7 @@ Both compile every backend job (each link gets a fresh cache) two at a time: the
 Rounds alternate the order. On one machine Dask cannot be faster: the workers share the same
 cores, and shipping, scheduling and the sandboxes are pure overhead; the figure is that
 overhead. One more verbose Dask link gives the bytes sent against the bytes the jobs name.
-Results: results/dask_link.json.
+Results: results/dask_link.json (lua) or results/dask_link-leveldb.json.
 """
 
 import argparse
@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from tests.dask_cluster import cluster
@@ -42,10 +43,11 @@ def cached_dist() -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.dask_link", description=__doc__)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--program", choices=("lua", "leveldb"), default="lua")
     args = parser.parse_args(argv)
-    print("building lua 5.4", file=sys.stderr)
-    src = lua.build(WORK / "lua-dask")
-    hide = [src.parent] if os.geteuid() == 0 else []
+    print(f"building {args.program}", file=sys.stderr)
+    src, command, top, label = _program(args.program)
+    hide = [top] if os.geteuid() == 0 else []
     with tempfile.TemporaryDirectory() as logs, cluster(Path(logs), 2, hide=hide) as c:
         scheduler = f"--dask-scheduler={c.address}"
         links = iter(range(10**6))
@@ -55,11 +57,11 @@ def main(argv: list[str] | None = None) -> int:
             cache = f"--cache-dir={logs}/cache-{next(links)}"
             options = ",".join(["--quiet", cache, *more])
             extra = [f"-fthinlto-distributor={cached_dist()}", f"-Xthinlto-distributor={options}"]
-            return timed(lua.link_command(out, extra), src)
+            return timed(command(out, extra), src)
 
         configs = {
-            "local runner (--jobs=2)": lambda: link("lua-local", "--jobs=2"),
-            "Dask runner (2 workers)": lambda: link("lua-dask", scheduler),
+            "local runner (--jobs=2)": lambda: link("out-local", "--jobs=2"),
+            "Dask runner (2 workers)": lambda: link("out-dask", scheduler),
         }
         results = interleave(configs, args.rounds, lambda m: print(m, file=sys.stderr))
         print({name: m.times for name, m in results.items()}, file=sys.stderr)
@@ -67,20 +69,20 @@ def main(argv: list[str] | None = None) -> int:
             f"-fthinlto-distributor={cached_dist()}",
             f"-Xthinlto-distributor=--verbose,--cache-dir={logs}/cache-v,{scheduler}",
         ]
-        done = subprocess.run(lua.link_command("lua-dask", verbose), cwd=src,
+        done = subprocess.run(command("out-dask", verbose), cwd=src,
                               capture_output=True, text=True, check=True)  # fmt: skip
     sent = _SENT.search(done.stderr)
     assert sent is not None, done.stderr
     distinct, shipped, named, jobs = (int(g) for g in sent.groups())
     compiles = [float(m.group(1)) for m in map(_JOB.search, done.stderr.splitlines()) if m]
-    same = (src / "lua-local").read_bytes() == (src / "lua-dask").read_bytes()
+    same = (src / "out-local").read_bytes() == (src / "out-dask").read_bytes()
     base = results["local runner (--jobs=2)"].median
     ours = results["Dask runner (2 workers)"].median
     report = {
         "benchmark": "dask_link",
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         "machine": machine(),
-        "program": f"lua 5.4 (lua.o + liblua.a, {jobs} backend jobs)",
+        "program": f"{label}, {jobs} backend jobs",
         "workers_hide_build": bool(hide),
         "rounds": args.rounds,
         "times": {name: m.times for name, m in results.items()},
@@ -94,11 +96,24 @@ def main(argv: list[str] | None = None) -> int:
         "byte_identical": same,
     }
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "dask_link.json").write_text(json.dumps(report, indent=1) + "\n")
+    name = "dask_link.json" if args.program == "lua" else f"dask_link-{args.program}.json"
+    (RESULTS / name).write_text(json.dumps(report, indent=1) + "\n")
     print(f"local {base:.3f} s, Dask {ours:.3f} s, ratio {ours / base:.3f}, "
           f"{report['overhead_ms_per_job']:.0f} ms per job; sent {distinct} inputs, "
           f"{shipped} bytes, of {named} bytes named by {jobs} jobs; identical: {same}")  # fmt: skip
     return 0
+
+
+def _program(name: str) -> tuple[Path, Callable[[str, list[str]], list[str]], Path, str]:
+    """Where the link runs, its command (output, extra flags), the tree to hide, a label."""
+    if name == "lua":
+        src = lua.build(WORK / "lua-dask")
+        return src, lua.link_command, src.parent, "lua 5.4 (lua.o + liblua.a)"
+    from .harness.codebases import LevelDB
+
+    top = WORK / "leveldb-dask"
+    build = LevelDB().build(top, WORK / "leveldb-dask-cache")
+    return build.cwd, lambda out, extra: build.command(out, extra), top, LevelDB.program
 
 
 if __name__ == "__main__":
