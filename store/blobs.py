@@ -61,13 +61,23 @@ class Blobs:
         except OSError:
             return False
 
-    def _new_temp(self) -> tuple[int, str]:
-        """A new temporary file in tmp/ (made if a clear or a fresh store removed it)."""
+    @contextlib.contextmanager
+    def _temp(self) -> Iterator[tuple[int, str]]:
+        """A new temporary file in tmp/ (made if a clear or a fresh store removed it), closed
+        on the way out and removed if the block fails: a failed put leaves nothing behind."""
         try:
-            return self._open_temp()
+            tmp_fd, tmp_path = self._open_temp()
         except FileNotFoundError:
             self._modes.makedirs(self.tmp)
-            return self._open_temp()
+            tmp_fd, tmp_path = self._open_temp()
+        try:
+            yield tmp_fd, tmp_path
+            self._modes.fix_file(tmp_fd)
+        except BaseException:
+            os.close(tmp_fd)
+            unlink_quietly(tmp_path)
+            raise
+        os.close(tmp_fd)
 
     def ingest(self, source: str) -> tuple[str, int, bool]:
         """Copy `source` into the store; return (digest, size, newly stored).
@@ -75,8 +85,7 @@ class Blobs:
         The bytes go to a temporary file in tmp/ first and are renamed into place, so a reader
         never sees a partial blob; a writer killed half-way leaves only a stray temporary file.
         """
-        tmp_fd, tmp_path = self._new_temp()
-        try:
+        with self._temp() as (tmp_fd, tmp_path):
             hasher = xxhash.xxh3_128()
             size = 0
             # O_NONBLOCK and a size bound: a FIFO or device put in the source's place, or a
@@ -104,26 +113,13 @@ class Blobs:
                     st.st_mtime_ns,
                 ):
                     raise OSError(errno.EBUSY, "changed while being stored", source)
-            self._modes.fix_file(tmp_fd)
-        except BaseException:
-            os.close(tmp_fd)
-            unlink_quietly(tmp_path)
-            raise
-        os.close(tmp_fd)
         return self._publish(tmp_path, hasher.hexdigest(), size)
 
     def ingest_bytes(self, data: bytes, digest: str) -> tuple[int, bool]:
         """Store ``data`` whose XXH3-128 ``digest`` the caller has just checked (an entry
         imported from another tier); return (size, newly stored)."""
-        tmp_fd, tmp_path = self._new_temp()
-        try:
+        with self._temp() as (tmp_fd, tmp_path):
             write_all(tmp_fd, data)
-            self._modes.fix_file(tmp_fd)
-        except BaseException:
-            os.close(tmp_fd)
-            unlink_quietly(tmp_path)
-            raise
-        os.close(tmp_fd)
         return self._publish(tmp_path, digest, len(data))[1:]
 
     def _publish(self, tmp_path: str, digest: str, size: int) -> tuple[str, int, bool]:

@@ -8,12 +8,11 @@ running that LLD 21, and LLD 21 names a script running that clang 21 in its job 
 
 import importlib.util
 import os
-import shutil
 from pathlib import Path
 
 import pytest
 
-from .toolchain import LLVM_BIN, PROGRAMS, Archive, Project, run
+from .toolchain import LLVM_BIN, Archive, Project, build
 
 _SPEC = importlib.util.find_spec("ziglang")
 ZIG = Path(_SPEC.origin).parent / "zig" if _SPEC and _SPEC.origin else Path("/nonexistent/zig")
@@ -23,8 +22,6 @@ requires_llvm21 = pytest.mark.skipif(
     reason="LLVM 21 comes from the ziglang wheel (pip install -e '.[test]') and the link "
     "driver from clang-22 (scripts/setup)",
 )
-
-_LIBRARY = {"calc": ("ops", "strutil")}
 
 
 def script(path: Path, body: str) -> Path:
@@ -56,28 +53,8 @@ class Llvm21:
 
     def build(self, name: str, dest: Path, archive: Archive = "none") -> Project:
         """tests/programs/NAME compiled to LLVM 21 ThinLTO bitcode by ``zig cc``."""
-        dest.mkdir(parents=True, exist_ok=True)
-        sources = sorted(p for p in (PROGRAMS / name).iterdir() if p.suffix == ".c")
-        for p in (PROGRAMS / name).iterdir():
-            shutil.copy(p, dest / p.name)
-        objects = []
-        for src in sources:
-            obj = src.stem + ".o"
-            done = run([ZIG, "cc", "-target", "x86_64-linux-gnu", "-flto=thin", "-O2", "-c",
-                        src.name, "-o", obj], dest, env=self.env)  # fmt: skip
-            assert done.returncode == 0, done.stderr
-            objects.append(obj)
-        if archive == "none":
-            return Project(name, dest, objects, False)
-        members = [f"{stem}.o" for stem in _LIBRARY[name]]
-        flags = "rcsT" if archive == "thin" else "rcs"
-        done = run([LLVM_BIN / "llvm-ar", flags, f"lib{name}.a", *members], dest)
-        assert done.returncode == 0, done.stderr
-        for member in members:  # only the archive holds them now, as in a real build
-            if archive == "regular":
-                (dest / member).unlink()
-        rest = [o for o in objects if o not in members]
-        return Project(name, dest, [*rest, f"lib{name}.a"], False)
+        cc: list[str | Path] = [ZIG, "cc", "-target", "x86_64-linux-gnu", "-flto=thin", "-O2"]
+        return build(name, dest, archive, compile_prefix=cc, env=self.env, drop_members=True)
 
     def link_command(self, project: Project, out: str, distributor_args: list[str],
                      distributor: str | None = None) -> list[str]:  # fmt: skip

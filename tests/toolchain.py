@@ -89,19 +89,30 @@ class Project:
 
 
 def build(
-    name: str, dest: Path, archive: Archive = "none", opt: str = "-O2", cflags: Sequence[str] = ()
+    name: str,
+    dest: Path,
+    archive: Archive = "none",
+    opt: str = "-O2",
+    cflags: Sequence[str] = (),
+    *,
+    compile_prefix: Sequence[str | Path] = (),
+    env: dict[str, str] | None = None,
+    drop_members: bool = False,
 ) -> Project:
-    """Copies tests/programs/NAME to ``dest`` and compiles each source to ThinLTO bitcode."""
+    """Copies tests/programs/NAME to ``dest`` and compiles each source to ThinLTO bitcode
+    (with clang-22, or with ``compile_prefix`` such as another toolchain's ``cc -flto=thin``);
+    ``drop_members`` leaves a regular archive's members only in the archive, as a real build
+    that deletes its objects does."""
     dest.mkdir(parents=True, exist_ok=True)
     sources = sorted(p for p in (PROGRAMS / name).iterdir() if p.suffix in {".c", ".cpp"})
     cxx = any(p.suffix == ".cpp" for p in sources)
     for p in (PROGRAMS / name).iterdir():
         shutil.copy(p, dest / p.name)
-    compiler = LLVM_BIN / ("clang++" if cxx else "clang")
+    prefix = compile_prefix or [LLVM_BIN / ("clang++" if cxx else "clang"), "-flto=thin", opt]
     objects = []
     for src in sources:
         obj = src.stem + ".o"
-        done = run([compiler, "-flto=thin", opt, *cflags, "-c", src.name, "-o", obj], dest)
+        done = run([*prefix, *cflags, "-c", src.name, "-o", obj], dest, env=env)
         assert done.returncode == 0, done.stderr
         objects.append(obj)
     if archive == "none":
@@ -110,6 +121,9 @@ def build(
     flags = "rcsT" if archive == "thin" else "rcs"
     done = run([LLVM_BIN / "llvm-ar", flags, f"lib{name}.a", *members], dest)
     assert done.returncode == 0, done.stderr
+    if drop_members and archive == "regular":
+        for member in members:
+            (dest / member).unlink()
     rest = [o for o in objects if o not in members]
     return Project(name, dest, [*rest, f"lib{name}.a"], cxx)
 
