@@ -25,7 +25,7 @@ from pathlib import Path
 from tests.dask_cluster import cluster
 
 from . import lua
-from .sources import WORK, machine
+from .sources import WORK, ensure_packages, machine
 from .timing import interleave, timed
 
 RESULTS = Path(__file__).parent / "results"
@@ -112,6 +112,7 @@ def _program(name: str) -> tuple[Path, Callable[[str, list[str]], list[str]], Pa
     from .harness.codebases import LevelDB
 
     top = WORK / "leveldb-dask"
+    ensure_packages(LevelDB.packages)
     build = LevelDB().build(top, WORK / "leveldb-dask-cache")
     return build.cwd, lambda out, extra: build.command(out, extra), top, LevelDB.program
 

@@ -115,6 +115,11 @@ class Index:
         return self._cache
 
     @property
+    def writing(self) -> bool:
+        """Whether this process has opened the diskcache (writes are cheap from now on)."""
+        return self._cache is not None
+
+    @property
     def cache(self) -> diskcache.Cache:
         """The diskcache, opened on first need: writes, maintenance, rows RowReader skips."""
         return self._cache if self._cache is not None else self._open()
@@ -208,6 +213,7 @@ class Index:
         self._run(lambda c: c.clear())
 
     def close(self) -> None:
+        """Closes both connections; the next read or write opens diskcache (not the reader)."""
         cache, self._cache = self._cache, None
         reader, self._reader = self._reader, None
         for db in (cache, reader):

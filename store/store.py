@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import time
 
 from .blobs import Blobs, Outcome
@@ -23,6 +24,12 @@ if TYPE_CHECKING:
     from .stats import Stats
 
 DEFAULT_MAX_SIZE = 5 * 2**30
+
+
+def _single_threaded() -> bool:
+    """Whether forking is safe: no other thread holds a lock the child would inherit."""
+    threading = sys.modules.get("threading")
+    return threading is None or threading.active_count() == 1
 
 
 def _read_only(path: str) -> bool:
@@ -334,6 +341,34 @@ class Store:
         except Exception:
             return False
 
+    # -- writes behind the caller --------------------------------------------------------
+
+    def write_behind(self, work: Callable[[Store], None]) -> None:
+        """Runs ``work(self)`` in a detached process (see store/behind.py) and returns at once;
+        runs it here when this process already opened the index for writing (then it is
+        cheap) or when no process can be started."""
+        index = self._index
+        if index is None:
+            return
+        if not index.writing and _single_threaded():
+            from . import behind
+
+            # No sqlite connection may cross the fork: sqlite keeps per-process lock state
+            # that a child would inherit but not own (it blocks on locks nobody holds).
+            index.close()
+            self._close_stats()
+            if behind.run_detached(self.root, self._modes, lambda: work(self)):
+                return
+        work(self)
+
+    def settle(self) -> None:
+        """Waits (bounded) for the writes running behind other processes, so that what they
+        store is seen here; a link calls it before its first miss is final."""
+        if self._index is not None:
+            from . import behind
+
+            behind.settle(self.root, self._modes)
+
     # -- statistics ---------------------------------------------------------------------
 
     def record(
@@ -361,6 +396,7 @@ class Store:
         """Counters shared by every process, plus current entries, size and limit."""
         from .stats import COUNTERS
 
+        self.settle()
         counts: dict[str, int] = dict.fromkeys(COUNTERS, 0)
         entries = 0
         stats = self._stats() if self._index is not None else None
@@ -386,6 +422,7 @@ class Store:
         """Remove every entry, memo and blob (statistics are kept)."""
         if self._index is None:
             return
+        self.settle()  # else a writer still running would put entries back afterwards
         try:
 
             def work() -> int:
@@ -408,6 +445,7 @@ class Store:
         from .maintenance import GRACE
 
         target = self.max_size if max_size is None else int(max_size)
+        self.settle()
         try:
             return self._maintain(lambda: self._evict(target, GRACE), 30.0)
         except Exception as error:
@@ -420,6 +458,7 @@ class Store:
 
         if self._index is None:
             return VerifyReport()
+        self.settle()
         report = VerifyReport()
 
         def work() -> int:
@@ -472,11 +511,14 @@ class Store:
 
     def close(self) -> None:
         """Close the databases (optional: they close with the process)."""
+        self._close_stats()
+        self._disable()
+
+    def _close_stats(self) -> None:
         stats, self._stats_db = self._stats_db, None
         if stats is not None:
             with contextlib.suppress(Exception):
                 stats.close()
-        self._disable()
 
     def __enter__(self) -> Store:
         return self

@@ -159,6 +159,9 @@ class LevelDB(CodeBase):
     language = "C++"
     build_system = "cmake (Unix Makefiles)"
     program = "db_bench (db_bench.o + libleveldb.a, a regular static archive)"
+    # db_bench includes util/testutil.h, which includes gmock (Debian's source has no
+    # third_party/ copy of googletest).
+    packages = ("libgmock-dev", "libgtest-dev")
     leaf = Edit("benchmarks/db_bench.cc", "void PrintWarnings()")
     hub = Edit("util/coding.cc", "void PutFixed32(")
 

@@ -26,6 +26,11 @@ from .digests import Digests, read_regular
 # decoder does ~2 MB/s, the native one over 100 MB/s).
 PARALLEL_MIN_BYTES = 64 * 1024
 PARALLEL_MIN_BYTES_NATIVE = 32 * 1024 * 1024
+#: With the native decoder, shards are decoded here unless there are at least this many bytes
+#: of them to decode: 1 MB takes it ~25 ms, about one round trip to a remote tier over a WAN,
+#: and asking a remote for shard digests is a round trip of its own (the results' lookup needs
+#: the digests first). The pure-Python decoder (~1.4 MB/s) always asks.
+SHARED_MIN_BYTES = 1 << 20
 
 
 TYPE_CHECKING = False  # typing and dataclasses cost ~15 ms of a ~100 ms cache hit
@@ -79,9 +84,13 @@ def _decode(data: bytes, mapping: dict[str, str]) -> tuple[str, bool]:
 class ShardKeys:
     """Computes every job's shard digest for one link up front; then serves them to the key."""
 
-    def __init__(self, memo: Memo, parallel: int, shared: SharedMemo | None = None) -> None:
+    def __init__(
+        self, memo: Memo, parallel: int, shared: SharedMemo | None = None,
+        shared_min_bytes: int = SHARED_MIN_BYTES,
+    ) -> None:  # fmt: skip
         self.memo = memo
         self.shared = shared  # asked, in one batch, for what the local memo lacks
+        self.shared_min_bytes = shared_min_bytes
         self.parallel = max(1, parallel)
         self.digests: dict[int, str] = {}
         self.decoded = 0  # shards decoded in this link
@@ -112,8 +121,10 @@ class ShardKeys:
                 self.memoized += 1
                 continue
             todo.append((job.index, memo_key, data, mapping))
-        if todo and self.shared is not None:
-            known = self.shared.memo_many("shard", [t[1] for t in todo])
+        shareable = [t for t in todo if t[1]]  # per-link shards have no key another link knows
+        shared = self.shared if shareable and self._worth_sharing(shareable) else None
+        if shared is not None:
+            known = shared.memo_many("shard", [t[1] for t in shareable])
             for index, memo_key, _, _ in todo:
                 found = known.get(memo_key)
                 if found is not None:
@@ -131,8 +142,17 @@ class ShardKeys:
             if memo_key:  # none for shards whose key can never come again
                 learned.append((memo_key, digest))
         self.memo.memo_put_many("shard", learned)  # one transaction for the whole link
-        if learned and self.shared is not None:
-            self.shared.memo_share("shard", learned)
+        if learned and shared is not None:
+            shared.memo_share("shard", learned)
+
+    def _worth_sharing(self, todo: list[tuple[int, str, bytes, dict[str, str]]]) -> bool:
+        """Whether to ask the shared memo (and tell it what was decoded): only when decoding
+        here would cost more than the round trip (see SHARED_MIN_BYTES)."""
+        if self.shared is None:
+            return False
+        from ..bitcode.native import NATIVE
+
+        return not NATIVE or sum(len(t[2]) for t in todo) >= self.shared_min_bytes
 
     def __call__(self, job: Job, digests: Digests) -> str:
         """The :data:`cached_dist.keys.key.ShardDigest` for jobs given to :meth:`prepare`."""

@@ -111,7 +111,12 @@ def _password(url: str) -> str:
 class Tiers:
     """The remotes of one link and what the link did with them (the ``remote_*`` counters)."""
 
-    def __init__(self, options: Options, log: Log, store: Store) -> None:
+    def __init__(
+        self, options: Options, log: Log, store: Store,
+        promote: Callable[[list[tuple[str, bytes]]], None] | None = None,
+    ) -> None:  # fmt: skip
+        #: Where verified remote hits go to reach the local store (by default, at once).
+        self.promote = promote if promote is not None else store.put_many
         self._urls = list(options.remote_storage)
         self.remotes = [Remote(url) for url in self._urls]
         self.read_only = options.remote_read_only
@@ -228,7 +233,8 @@ class Tiers:
                     self.log.detail(f"hit  {key} {k.job.module}: remote ({remote.url}), "
                                     f"{took:.1f} ms")  # fmt: skip
                 on_hit(k, sum(len(data) for _, data in outputs.values()), meta)
-            self.store.put_many(promote)  # the next link hits locally
+            if promote:
+                self.promote(promote)  # the next link hits locally
         if first:
             self.counters["remote_misses"] += len(pending) - len(served)
         return [k for k in misses if k.job.index not in served]
