@@ -149,11 +149,16 @@ class _Parser:
         if len(table) != 3:
             return table
         args, inputs, outputs = table.get("args"), table.get("inputs"), table.get("outputs")
-        if not (
-            isinstance(args, list) and all(isinstance(a, str) and "\0" not in a for a in args)
-            and isinstance(inputs, list) and inputs and all(_is_path(p) for p in inputs)
-            and isinstance(outputs, list) and outputs and all(_is_path(p) for p in outputs)
-        ):  # fmt: skip
+        if not (isinstance(args, list) and isinstance(inputs, list) and inputs
+                and isinstance(outputs, list) and outputs):  # fmt: skip
+            return table
+        # Strings only (join refuses anything else), no NUL, no empty path: checked in C,
+        # not string by string (a job names its module and every module it imports).
+        try:
+            text = "".join(args) + "".join(inputs) + "".join(outputs)
+        except TypeError:
+            return table
+        if "\0" in text or "" in inputs or "" in outputs:
             return table
         names = self.names
         ins = tuple([names.setdefault(p, p) for p in inputs])
@@ -314,10 +319,6 @@ class _Parser:
                     where, f"placeholder refers to {name}[{piece}], which does not exist"
                 )
         return "".join(out)
-
-
-def _is_path(value: object) -> bool:
-    return isinstance(value, str) and value != "" and "\0" not in value
 
 
 def _kind(value: object) -> str:

@@ -15,7 +15,6 @@ import stat
 
 from ..errors import InputError
 from . import Job, JobFile
-from .members import named_member
 
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
           (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
@@ -38,6 +37,8 @@ def check_input(path: str) -> str | None:
     try:
         st = os.stat(path)
     except FileNotFoundError:
+        from .members import named_member  # only LLD 21 names files that do not exist
+
         return None if named_member(path) is not None else "not found"
     except OSError as e:
         return f"cannot be examined ({e.strerror})"

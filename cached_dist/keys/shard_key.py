@@ -101,6 +101,9 @@ class ShardKeys:
         """Looks up the memo for every job; decodes the rest, in parallel when worth it."""
         todo: list[tuple[int, str, bytes, dict[str, str]]] = []
         names: dict[str, tuple[str, ...]] = {}
+        # Each distinct path is judged once: every job names the modules it imports again.
+        members = {p for p in {m for j in jobs for m in (j.module, *j.imports)}
+                   if per_link_member(p)}  # fmt: skip
         for job in jobs:
             if job.shard is None:
                 self.digests[job.index] = "none"
@@ -110,7 +113,7 @@ class ShardKeys:
                 mapping = module_map(job, digests, names)
             except OSError:
                 continue  # the key computation will fail on it too: not cacheable
-            if any(per_link_member(p) for p in (job.module, *job.imports)):
+            if members and not members.isdisjoint((job.module, *job.imports)):
                 # The memo key holds this link's member names: it could never hit again.
                 todo.append((job.index, "", data, mapping))
                 continue

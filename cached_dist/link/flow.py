@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 
-from ..jobfile import members
 from ..jobfile.checks import check_job_file
 
 TYPE_CHECKING = False
@@ -31,7 +31,10 @@ def run(job_file: JobFile, options: Options, log: Log) -> int:
 
             summary = run_cached(job_file, options, log)
     finally:
-        if members.stale_dirs:  # archive members a killed link left behind
+        # Archive members a killed link left behind, seen only where LLD 21 names members
+        # (the module that reads those names is imported only then).
+        members = sys.modules.get("cached_dist.jobfile.members")
+        if members is not None and members.stale_dirs:
             from .extracted import sweep
 
             sweep()
