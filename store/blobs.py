@@ -173,13 +173,15 @@ class Blobs:
             out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
             try:
                 hasher = xxhash.xxh3_128()
-                if reflink(out, src):
-                    while chunk := os.read(src, _CHUNK):
-                        hasher.update(chunk)
-                else:
-                    while chunk := os.read(src, _CHUNK):
-                        hasher.update(chunk)
+                cloned = reflink(out, src)
+                # Exactly `size` bytes (fstat said so), in as few reads as that takes: one for
+                # most objects, not one more to see the end of the file.
+                left = size
+                while left > 0 and (chunk := os.read(src, min(_CHUNK, left))):
+                    hasher.update(chunk)
+                    if not cloned:
                         write_all(out, chunk)
+                    left -= len(chunk)
             except BaseException:
                 os.close(out)
                 unlink_quietly(tmp)

@@ -8,7 +8,6 @@ import sys
 import time
 
 from .blobs import Blobs, Outcome
-from .claims import Claim, claim_path
 from .fsutil import Modes
 from .index import Index
 from .manifest import Manifest, valid_key
@@ -19,6 +18,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from typing import Any
 
+    from .claims import Claim
     from .maintenance import VerifyReport
     from .problems import Warn
     from .stats import Stats
@@ -322,11 +322,11 @@ class Store:
         acquired=False means: an entry appeared (read it), the wait ran out or the store is
         degraded (compute without the claim). A dead holder's claim is taken over.
         """
+        from .claims import Claim, claim, claim_path  # not before a link has a miss
+
         if self._index is None or not valid_key(key):
             return Claim(False, "unusable")
         try:
-            from .claims import claim
-
             path = claim_path(self.root, key)
             self._modes.makedirs(os.path.dirname(path))
             return claim(path, self._modes.file, wait, lambda: self._has(key))

@@ -110,20 +110,20 @@ class ShardKeys:
                 continue
             try:
                 data = read_regular(job.shard)
-                mapping = module_map(job, digests, names)
+                if members and not members.isdisjoint((job.module, *job.imports)):
+                    # The memo key holds this link's member names: it could never hit again.
+                    todo.append((job.index, "", data, module_map(job, digests, names)))
+                    continue
+                memo_key = _memo_key(data, job, digests)
+                found = self.memo.memo_get("shard", memo_key)
+                if found is not None:
+                    self.digests[job.index] = found
+                    self.memoized += 1
+                    continue
+                # Every spelling of every module path, for the decoder: only when decoding.
+                todo.append((job.index, memo_key, data, module_map(job, digests, names)))
             except OSError:
                 continue  # the key computation will fail on it too: not cacheable
-            if members and not members.isdisjoint((job.module, *job.imports)):
-                # The memo key holds this link's member names: it could never hit again.
-                todo.append((job.index, "", data, mapping))
-                continue
-            memo_key = _memo_key(data, mapping, job)
-            found = self.memo.memo_get("shard", memo_key)
-            if found is not None:
-                self.digests[job.index] = found
-                self.memoized += 1
-                continue
-            todo.append((job.index, memo_key, data, mapping))
         shareable = [t for t in todo if t[1]]  # per-link shards have no key another link knows
         shared = self.shared if shareable and self._worth_sharing(shareable) else None
         if shared is not None:
@@ -186,10 +186,12 @@ def per_link_member(path: str) -> bool:
     return member and tail.endswith(".o") and tail.count(".") == 3
 
 
-def _memo_key(data: bytes, mapping: dict[str, str], job: Job) -> str:
+def _memo_key(data: bytes, job: Job, digests: Digests) -> str:
+    """The raw shard and the content of every module it names, by the path it names."""
     h = xxhash.xxh3_128(data)
+    of = digests.of
     for path in (job.module, *job.imports):
-        h.update(b"\0" + path.encode("utf-8", "surrogateescape") + b"\0" + mapping[path].encode())
+        h.update(b"\0" + path.encode("utf-8", "surrogateescape") + b"\0" + of(path).encode())
     return h.hexdigest()
 
 

@@ -70,6 +70,9 @@ class DaskRunner:
             for job in jobs:
                 report(Result(job, 0.0, why))
             return
+        self.log.detail(f"Dask: connected to {self.address} in "
+                        f"{time.monotonic() - started:.2f} s (distributed imported, workers "
+                        "listed)")  # fmt: skip
         reported: set[int] = set()
 
         def report_once(result: Result) -> None:
