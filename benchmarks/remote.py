@@ -289,13 +289,20 @@ def main(argv: list[str] | None = None) -> int:
 
             return run
 
+        # A local store that exists but was never used: no entries, no memos (so the link
+        # also hashes the toolchain, as the first link into any new store does).
+        pristine = caches / "pristine"
+        shutil.rmtree(pristine, ignore_errors=True)
+        Store(pristine).close()
         configs = {"local": local_hit, "remote, no local store": remote_hit(near.url),
+                   "remote, empty local store": remote_hit(near.url, pristine),
                    "remote, store without lua": remote_hit(near.url, primed)}  # fmt: skip
         if far is not None:
             configs[f"remote +{args.latency_ms:g} ms, store without lua"] = remote_hit(
                 far_url, primed
             )
         behind_keys = {"remote, no local store": near.url + "None",
+                       "remote, empty local store": near.url + str(pristine),
                        "remote, store without lua": near.url + str(primed)}  # fmt: skip
         local_hit()  # warm the page cache and .pyc files
         results = interleave(configs, args.rounds, say)

@@ -1,34 +1,41 @@
-"""Writes behind the caller: store work a process need not wait for, done by a detached child.
+"""Writes behind the caller: store work a process need not wait for, done by a detached process.
 
 A link served from a remote tier promotes what it got into the local store, so that the next
 link hits locally. Opening the index for writing (importing diskcache, opening it) and
 committing costs about as much as the whole rest of such a link, and the link's own outputs do
-not depend on it. So the link hands that work to a grandchild in a session of its own (no
-terminal, no inherited pipes: a caller reading the link's output is not held up) and exits.
+not depend on it. So the link writes that work to a file in the store's tmp/ and starts a
+fresh interpreter (``python -P -m store.writer``) in a session of its own, with no terminal
+and none of the caller's descriptors (a build tool reading the link's output is not held up),
+and exits. A fresh process rather than a fork: sqlite's per-process lock state must not cross
+a fork, and closing the caller's connections first would cost a WAL checkpoint.
 
-Every such writer holds a shared ``flock`` on ``locks/write-behind.lock`` until it is done.
-:func:`settle` (an exclusive attempt, polled) waits for the writers running now, so a process
-that opens the store afterwards sees what earlier links wrote, as it did when they wrote it
-themselves. Writers are best effort like every cache write: one that fails or is killed leaves
-misses, never a damaged store (blobs are published by rename, index rows by transaction).
+Every such writer holds a shared ``flock`` on ``locks/write-behind.lock`` (taken by the
+caller, handed over) until it is done. :func:`settle` (an exclusive attempt, polled) waits for
+the writers running now, so a process that opens the store afterwards sees what earlier links
+wrote, as it did when they wrote it themselves. Writers are best effort like every cache
+write: one that fails or is killed leaves misses, never a damaged store (blobs are published
+by rename, index rows by transaction).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from .fsutil import Modes
 
 LOCK = os.path.join("locks", "write-behind.lock")
 #: How long settle() waits for writers still running before it goes on without their writes.
 SETTLE_BOUND = 5.0
 _POLL = 0.002
+
+#: What a writer does: memos (namespace, key, value) and entries (key, value) to store.
+Memos = list[tuple[str, str, str]]
+Entries = list[tuple[str, bytes]]
 
 
 def _open_lock(root: str, modes: Modes) -> int | None:
@@ -49,43 +56,65 @@ def _open_lock(root: str, modes: Modes) -> int | None:
     return None
 
 
-def run_detached(root: str, modes: Modes, work: Callable[[], None]) -> bool:
-    """Runs ``work`` in a detached grandchild under the shared lock; returns False (nothing
-    started: the caller does the work itself) when the lock or a fork is not to be had."""
+def start(
+    root: str, modes: Modes, settings: tuple[int, bool], memos: Memos, entries: Entries
+) -> bool:
+    """Starts a detached writer (store/writer.py) storing this work in the store at ``root``
+    (``settings``: its max size and group sharing); False (nothing started: the caller writes
+    it itself) when the lock, the work file or the process is not to be had."""
     import fcntl
+    import marshal
 
     fd = _open_lock(root, modes)
     if fd is None:
         return False
+    work = os.path.join(root, "tmp", f"behind.{os.getpid()}.{os.urandom(6).hex()}")
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # a settle() in progress: do it here
-        pid = os.fork()
-    except OSError:
-        os.close(fd)
-        return False
-    if pid == 0:  # pragma: no cover - runs in the child, which never returns
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # a settle() in progress: write here
         try:
-            os.setsid()
-            if os.fork() != 0:
-                os._exit(0)  # the grandchild is adopted by init: no zombie for the caller
-            null = os.open(os.devnull, os.O_RDWR)
-            for std in (0, 1, 2):
-                os.dup2(null, std)
-            # Pipes the caller inherited (a build tool's output capture, a jobserver) must not
-            # stay open here: whoever reads them would wait for this writer.
-            os.closerange(3, fd)
-            os.closerange(fd + 1, 1 << 20)
-            work()
-        finally:
-            os._exit(0)
-    os.close(fd)  # the grandchild's descriptor keeps the shared lock
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(pid, 0)
+            f = open(work, "xb")  # noqa: SIM115 - closed below
+        except FileNotFoundError:  # a store that never stored a blob has no tmp/ yet
+            modes.makedirs(os.path.dirname(work))
+            f = open(work, "xb")  # noqa: SIM115
+        with f:
+            marshal.dump((*settings, memos, entries), f)
+        actions: list[tuple[object, ...]] = [
+            (os.POSIX_SPAWN_OPEN, std, os.devnull, os.O_RDWR, 0) for std in (0, 1, 2)
+        ]
+        actions += [(os.POSIX_SPAWN_CLOSE, other) for other in _inherited(fd)]
+        os.set_inheritable(fd, True)
+        # -P: the link's working directory may hold a "store" of its own.
+        os.posix_spawn(sys.executable, [sys.executable, "-P", "-m", "store.writer",
+                                        root, work, str(fd)],
+                       os.environ, file_actions=actions, setsid=True)  # fmt: skip
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(work)
+        return False
+    finally:
+        os.close(fd)  # the writer's copy keeps the shared lock
     return True
 
 
+def _inherited(keep: int) -> list[int]:
+    """Descriptors above 2 a child would inherit, but ``keep``: pipes of whoever ran us."""
+    try:
+        found = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:
+        return []
+    result = []
+    for fd in found:
+        if fd > 2 and fd != keep:
+            try:
+                if os.get_inheritable(fd):
+                    result.append(fd)
+            except OSError:
+                continue  # the listing's own descriptor, closed by now
+    return result
+
+
 def settle(root: str, modes: Modes, bound: float = SETTLE_BOUND) -> None:
-    """Waits (up to ``bound`` seconds) until no writer started by run_detached is running."""
+    """Waits (up to ``bound`` seconds) until no writer started by start() is running."""
     import fcntl
 
     fd = _open_lock(root, modes)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 import time
 
 from .blobs import Blobs, Outcome
@@ -24,12 +23,6 @@ if TYPE_CHECKING:
     from .stats import Stats
 
 DEFAULT_MAX_SIZE = 5 * 2**30
-
-
-def _single_threaded() -> bool:
-    """Whether forking is safe: no other thread holds a lock the child would inherit."""
-    threading = sys.modules.get("threading")
-    return threading is None or threading.active_count() == 1
 
 
 def _read_only(path: str) -> bool:
@@ -343,23 +336,36 @@ class Store:
 
     # -- writes behind the caller --------------------------------------------------------
 
-    def write_behind(self, work: Callable[[Store], None]) -> None:
-        """Runs ``work(self)`` in a detached process (see store/behind.py) and returns at once;
-        runs it here when this process already opened the index for writing (then it is
-        cheap) or when no process can be started."""
+    def write_behind(
+        self, memos: Sequence[tuple[str, str, str]], entries: Sequence[tuple[str, bytes]]
+    ) -> None:
+        """Stores ``memos`` (namespace, key, value) and ``entries`` (key, value from another
+        tier) in a detached process (see store/behind.py) and returns at once; writes them
+        here when this process already opened the index for writing (then it is cheap) or
+        when no process can be started."""
         index = self._index
-        if index is None:
+        if index is None or not (memos or entries):
             return
-        if not index.writing and _single_threaded():
+        if not index.writing:
             from . import behind
 
-            # No sqlite connection may cross the fork: sqlite keeps per-process lock state
-            # that a child would inherit but not own (it blocks on locks nobody holds).
-            index.close()
-            self._close_stats()
-            if behind.run_detached(self.root, self._modes, lambda: work(self)):
+            settings = (self.max_size, self.group_shared)
+            if behind.start(self.root, self._modes, settings, list(memos), list(entries)):
                 return
-        work(self)
+        self.write_now(memos, entries)
+
+    def write_now(
+        self, memos: Sequence[tuple[str, str, str]], entries: Sequence[tuple[str, bytes]]
+    ) -> None:
+        """:meth:`write_behind`'s work, here: memos by namespace, then the entries, one
+        transaction each."""
+        by_namespace: dict[str, list[tuple[str, str]]] = {}
+        for namespace, key, value in memos:
+            by_namespace.setdefault(namespace, []).append((key, value))
+        for namespace, items in by_namespace.items():
+            self.memo_put_many(namespace, items)
+        if entries:
+            self.put_many(entries)
 
     def settle(self) -> None:
         """Waits (bounded) for the writes running behind other processes, so that what they

@@ -55,18 +55,6 @@ class LinkWrites:
 
     def flush(self) -> None:
         """Writes what was gathered: here if the store is open for writing, else behind."""
-        if not self.memos and not self.promotions:
-            return
         memos, promotions = self.memos, self.promotions
         self.memos, self.promotions = [], []
-
-        def work(store: Store) -> None:
-            by_namespace: dict[str, list[tuple[str, str]]] = {}
-            for namespace, key, value in memos:
-                by_namespace.setdefault(namespace, []).append((key, value))
-            for namespace, items in by_namespace.items():
-                store.memo_put_many(namespace, items)
-            if promotions:
-                store.put_many(promotions)
-
-        self.store.write_behind(work)
+        self.store.write_behind(memos, promotions)
