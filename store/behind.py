@@ -19,7 +19,6 @@ by rename, index rows by transaction).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 import time
@@ -32,10 +31,6 @@ LOCK = os.path.join("locks", "write-behind.lock")
 #: How long settle() waits for writers still running before it goes on without their writes.
 SETTLE_BOUND = 5.0
 _POLL = 0.002
-
-#: What a writer does: memos (namespace, key, value) and entries (key, value) to store.
-Memos = list[tuple[str, str, str]]
-Entries = list[tuple[str, bytes]]
 
 
 def _open_lock(root: str, modes: Modes) -> int | None:
@@ -56,28 +51,17 @@ def _open_lock(root: str, modes: Modes) -> int | None:
     return None
 
 
-def start(
-    root: str, modes: Modes, settings: tuple[int, bool], memos: Memos, entries: Entries
-) -> bool:
-    """Starts a detached writer (store/writer.py) storing this work in the store at ``root``
-    (``settings``: its max size and group sharing); False (nothing started: the caller writes
-    it itself) when the lock, the work file or the process is not to be had."""
+def start(root: str, modes: Modes, work: str) -> bool:
+    """Starts a detached writer (store/writer.py) that stores the ``work`` file (written by
+    Store.write_behind in the store's tmp/) into the store at ``root``; False (nothing
+    started: the caller writes it itself) when the lock or the process is not to be had."""
     import fcntl
-    import marshal
 
     fd = _open_lock(root, modes)
     if fd is None:
         return False
-    work = os.path.join(root, "tmp", f"behind.{os.getpid()}.{os.urandom(6).hex()}")
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # a settle() in progress: write here
-        try:
-            f = open(work, "xb")  # noqa: SIM115 - closed below
-        except FileNotFoundError:  # a store that never stored a blob has no tmp/ yet
-            modes.makedirs(os.path.dirname(work))
-            f = open(work, "xb")  # noqa: SIM115
-        with f:
-            marshal.dump((*settings, memos, entries), f)
         actions: list[tuple[object, ...]] = [
             (os.POSIX_SPAWN_OPEN, std, os.devnull, os.O_RDWR, 0) for std in (0, 1, 2)
         ]
@@ -88,8 +72,6 @@ def start(
                                         root, work, str(fd)],
                        os.environ, file_actions=actions, setsid=True)  # fmt: skip
     except OSError:
-        with contextlib.suppress(OSError):
-            os.unlink(work)
         return False
     finally:
         os.close(fd)  # the writer's copy keeps the shared lock

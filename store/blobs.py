@@ -62,9 +62,10 @@ class Blobs:
             return False
 
     @contextlib.contextmanager
-    def _temp(self) -> Iterator[tuple[int, str]]:
-        """A new temporary file in tmp/ (made if a clear or a fresh store removed it), closed
-        on the way out and removed if the block fails: a failed put leaves nothing behind."""
+    def temp_file(self) -> Iterator[tuple[int, str]]:
+        """A new temporary file in tmp/ (made if a clear or a fresh store removed it), in the
+        store's file mode, closed on the way out and removed if the block fails: a failed put
+        leaves nothing behind."""
         try:
             tmp_fd, tmp_path = self._open_temp()
         except FileNotFoundError:
@@ -85,7 +86,7 @@ class Blobs:
         The bytes go to a temporary file in tmp/ first and are renamed into place, so a reader
         never sees a partial blob; a writer killed half-way leaves only a stray temporary file.
         """
-        with self._temp() as (tmp_fd, tmp_path):
+        with self.temp_file() as (tmp_fd, tmp_path):
             hasher = xxhash.xxh3_128()
             size = 0
             # O_NONBLOCK and a size bound: a FIFO or device put in the source's place, or a
@@ -118,7 +119,7 @@ class Blobs:
     def ingest_bytes(self, data: bytes, digest: str) -> tuple[int, bool]:
         """Store ``data`` whose XXH3-128 ``digest`` the caller has just checked (an entry
         imported from another tier); return (size, newly stored)."""
-        with self._temp() as (tmp_fd, tmp_path):
+        with self.temp_file() as (tmp_fd, tmp_path):
             write_all(tmp_fd, data)
         return self._publish(tmp_path, digest, len(data))[1:]
 

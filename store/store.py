@@ -7,7 +7,7 @@ import os
 import time
 
 from .blobs import Blobs, Outcome
-from .fsutil import Modes
+from .fsutil import Modes, unlink_quietly, write_all
 from .index import Index
 from .manifest import Manifest, valid_key
 from .problems import Problems
@@ -347,11 +347,20 @@ class Store:
         if index is None or not (memos or entries):
             return
         if not index.writing:
+            import marshal
+
             from . import behind
 
-            settings = (self.max_size, self.group_shared)
-            if behind.start(self.root, self._modes, settings, list(memos), list(entries)):
-                return
+            work = (self.max_size, self.group_shared, list(memos), list(entries))
+            try:
+                with self._blobs.temp_file() as (fd, path):
+                    write_all(fd, marshal.dumps(work))
+            except OSError:
+                path = ""
+            if path:
+                if behind.start(self.root, self._modes, path):
+                    return
+                unlink_quietly(path)
         self.write_now(memos, entries)
 
     def write_now(

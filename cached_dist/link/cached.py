@@ -69,11 +69,11 @@ def open_store(options: Options, log: Log) -> Store | None:
 class CachedLink:
     def __init__(
         self, job_file: JobFile, options: Options, log: Log, store: Store,
-        tiers: Tiers | None = None, writes: LinkWrites | None = None,
+        writes: LinkWrites, tiers: Tiers | None = None,
     ) -> None:  # fmt: skip
         self.job_file = job_file
         self.tiers = tiers  # the remote tiers, None without --remote-storage
-        self.writes = writes if writes is not None else LinkWrites(store)
+        self.writes = writes  # the link's memos and promotions, written at its end
         self.options = options
         self.log = log
         self.store = store
@@ -301,7 +301,7 @@ def run_cached(job_file: JobFile, options: Options, log: Log) -> Summary:
         from .tiers import Tiers
 
         tiers = Tiers(options, log, store, writes.promote)
-    link = CachedLink(job_file, options, log, store, tiers, writes)
+    link = CachedLink(job_file, options, log, store, writes, tiers)
     shard_keys = ShardKeys(writes, options.jobs, tiers)
     keyed: list[Keyed] = []
     try:

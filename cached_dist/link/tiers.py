@@ -113,10 +113,10 @@ class Tiers:
 
     def __init__(
         self, options: Options, log: Log, store: Store,
-        promote: Callable[[list[tuple[str, bytes]]], None] | None = None,
+        promote: Callable[[list[tuple[str, bytes]]], None],
     ) -> None:  # fmt: skip
-        #: Where verified remote hits go to reach the local store (by default, at once).
-        self.promote = promote if promote is not None else store.put_many
+        #: Where verified remote hits go to reach the local store (link/writes.py).
+        self.promote = promote
         self._urls = list(options.remote_storage)
         self.remotes = [Remote(url) for url in self._urls]
         self.read_only = options.remote_read_only
