@@ -23,15 +23,19 @@ from .toolchain import cached_dist_exe
 WRITER = ["python3", "-c", "import sys; open(sys.argv[-1], 'w').write('obj')"]
 
 
-def snapshot(root: Path) -> dict[str, tuple[str, int, int]]:
-    """Every path under ``root`` with its kind, size and mtime (what a change would show)."""
+def snapshot(root: Path, *, dir_times: bool = True) -> dict[str, tuple[str, int, int]]:
+    """Every path under ``root`` with its kind, size and mtime (what a change would show);
+    without ``dir_times``, directories by name only (their mtime changes with every file made
+    in them, which a caller may allow)."""
     found = {}
     for dirpath, dirnames, filenames in os.walk(root):
         for name in dirnames + filenames:
             p = os.path.join(dirpath, name)
             st = os.lstat(p)
             kind = "d" if name in dirnames else "f"
-            found[os.path.relpath(p, root)] = (kind, st.st_size, st.st_mtime_ns)
+            seen = kind == "f" or dir_times
+            found[os.path.relpath(p, root)] = (kind, *((st.st_size, st.st_mtime_ns) if seen
+                                                        else (0, 0)))  # fmt: skip
     return found
 
 

@@ -39,6 +39,7 @@ import pytest
 
 from store import LAYOUT
 
+from .test_jobfile_checks import snapshot
 from .toolchain import Project, build, cached_dist_exe, requires_toolchain
 
 pytestmark = [requires_toolchain, pytest.mark.e2e]
@@ -213,19 +214,6 @@ def damage(rng: random.Random, text: bytes) -> bytes:
 # -- invariants ----------------------------------------------------------------------------
 
 
-def snapshot(root: Path) -> dict[str, tuple[str, int, int]]:
-    found = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            p = os.path.join(dirpath, name)
-            st = os.lstat(p)
-            if name in dirnames:  # its mtime changes with every file made in it: see those
-                found[os.path.relpath(p, root)] = ("d", 0, 0)
-            else:
-                found[os.path.relpath(p, root)] = ("f", st.st_size, st.st_mtime_ns)
-    return found
-
-
 def may_change(doc: object, work: Path, root: Path) -> set[str]:
     """What a link may write: the outputs, and the paths its command names (the compiler
     obeys its command line; -o must name an output, which cached-dist checks)."""
@@ -336,7 +324,7 @@ def run_case(fuzz: Fuzz, seed: int) -> tuple[str, int]:
     what = f"seed {seed} ({capture.label}: {', '.join(names)})"
     refuse = must_refuse(parsed, work)
     inputs = input_contents(parsed, work)
-    before = snapshot(case)
+    before = snapshot(case, dir_times=False)
     env = {**os.environ, "XDG_CACHE_HOME": str(case / "xdg"), "XDG_CONFIG_HOME": str(case)}
     started = time.monotonic()
     try:
@@ -353,7 +341,7 @@ def run_case(fuzz: Fuzz, seed: int) -> tuple[str, int]:
         assert done.returncode == 2, f"{what}: {refuse}, yet exit {done.returncode}"
     for path, data in inputs.items():
         assert (work / path).read_bytes() == data, f"{what}: input {path} changed"
-    touched = changed(before, snapshot(case))
+    touched = changed(before, snapshot(case, dir_times=False))
     if done.returncode == 2:
         assert touched == set(), f"{what}: exit 2 but changed {sorted(touched)}: {done.stderr}"
     else:
