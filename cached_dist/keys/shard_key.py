@@ -84,13 +84,9 @@ def _decode(data: bytes, mapping: dict[str, str]) -> tuple[str, bool]:
 class ShardKeys:
     """Computes every job's shard digest for one link up front; then serves them to the key."""
 
-    def __init__(
-        self, memo: Memo, parallel: int, shared: SharedMemo | None = None,
-        shared_min_bytes: int = SHARED_MIN_BYTES,
-    ) -> None:  # fmt: skip
+    def __init__(self, memo: Memo, parallel: int, shared: SharedMemo | None = None) -> None:
         self.memo = memo
         self.shared = shared  # asked, in one batch, for what the local memo lacks
-        self.shared_min_bytes = shared_min_bytes
         self.parallel = max(1, parallel)
         self.digests: dict[int, str] = {}
         self.decoded = 0  # shards decoded in this link
@@ -125,7 +121,7 @@ class ShardKeys:
             except OSError:
                 continue  # the key computation will fail on it too: not cacheable
         shareable = [t for t in todo if t[1]]  # per-link shards have no key another link knows
-        shared = self.shared if shareable and self._worth_sharing(shareable) else None
+        shared = self.shared if self.shared and shareable and _worth_asking(shareable) else None
         if shared is not None:
             known = shared.memo_many("shard", [t[1] for t in shareable])
             for index, memo_key, _, _ in todo:
@@ -148,15 +144,6 @@ class ShardKeys:
         if learned and shared is not None:
             shared.memo_share("shard", learned)
 
-    def _worth_sharing(self, todo: list[tuple[int, str, bytes, dict[str, str]]]) -> bool:
-        """Whether to ask the shared memo (and tell it what was decoded): only when decoding
-        here would cost more than the round trip (see SHARED_MIN_BYTES)."""
-        if self.shared is None:
-            return False
-        from ..bitcode.native import NATIVE
-
-        return not NATIVE or sum(len(t[2]) for t in todo) >= self.shared_min_bytes
-
     def __call__(self, job: Job, digests: Digests) -> str:
         """The :data:`cached_dist.keys.key.ShardDigest` for jobs given to :meth:`prepare`."""
         found = self.digests.get(job.index)
@@ -176,6 +163,14 @@ class ShardKeys:
         if workers <= 1 or total < (PARALLEL_MIN_BYTES_NATIVE if NATIVE else PARALLEL_MIN_BYTES):
             return [_decode(data, mapping) for _, _, data, mapping in todo]
         return _decode_forked([(t[2], t[3]) for t in todo], workers)
+
+
+def _worth_asking(todo: list[tuple[int, str, bytes, dict[str, str]]]) -> bool:
+    """Whether to ask a shared memo for these shards (and tell it what was decoded): only
+    when decoding them here would cost more than the round trip (see SHARED_MIN_BYTES)."""
+    from ..bitcode.native import NATIVE
+
+    return not NATIVE or sum(len(t[2]) for t in todo) >= SHARED_MIN_BYTES
 
 
 def per_link_member(path: str) -> bool:

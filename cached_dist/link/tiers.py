@@ -233,8 +233,7 @@ class Tiers:
                     self.log.detail(f"hit  {key} {k.job.module}: remote ({remote.url}), "
                                     f"{took:.1f} ms")  # fmt: skip
                 on_hit(k, sum(len(data) for _, data in outputs.values()), meta)
-            if promote:
-                self.promote(promote)  # the next link hits locally
+            self.promote(promote)  # the next link hits locally
         if first:
             self.counters["remote_misses"] += len(pending) - len(served)
         return [k for k in misses if k.job.index not in served]
