@@ -270,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
 
         behind: dict[str, list[float]] = {}  # per configuration: the promotion's remaining time
 
-        def remote_hit(url: str, start_from: Path | None = None) -> Callable[[], float]:
+        def remote_hit(name: str, url: str, start_from: Path | None = None) -> Callable[[], float]:
             def run() -> float:
                 shutil.rmtree(empty, ignore_errors=True)  # outside the timed part
                 if start_from is not None:
@@ -284,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
                 # record how much longer it ran.
                 settling = time.perf_counter()
                 Store(empty).settle()
-                behind.setdefault(url + str(start_from), []).append(time.perf_counter() - settling)
+                behind.setdefault(name, []).append(time.perf_counter() - settling)
                 return seconds
 
             return run
@@ -294,16 +294,13 @@ def main(argv: list[str] | None = None) -> int:
         pristine = caches / "pristine"
         shutil.rmtree(pristine, ignore_errors=True)
         Store(pristine).close()
-        configs = {"local": local_hit, "remote, no local store": remote_hit(near.url),
-                   "remote, empty local store": remote_hit(near.url, pristine),
-                   "remote, store without lua": remote_hit(near.url, primed)}  # fmt: skip
+        remotes = {"remote, no local store": (near.url, None),
+                   "remote, empty local store": (near.url, pristine),
+                   "remote, store without lua": (near.url, primed)}  # fmt: skip
         if far is not None:
-            configs[f"remote +{args.latency_ms:g} ms, store without lua"] = remote_hit(
-                far_url, primed
-            )
-        behind_keys = {"remote, no local store": near.url + "None",
-                       "remote, empty local store": near.url + str(pristine),
-                       "remote, store without lua": near.url + str(primed)}  # fmt: skip
+            remotes[f"remote +{args.latency_ms:g} ms, store without lua"] = (far_url, primed)
+        configs = {"local": local_hit}
+        configs.update({name: remote_hit(name, *how) for name, how in remotes.items()})
         local_hit()  # warm the page cache and .pyc files
         results = interleave(configs, args.rounds, say)
         medians = {name: m.median for name, m in results.items()}
@@ -312,8 +309,7 @@ def main(argv: list[str] | None = None) -> int:
             "ratio_remote_to_local": {n: medians[n] / medians["local"] for n in medians},
             "times_s": {n: m.times for n, m in results.items()},
             "promotion_after_link_s": {
-                name: sorted(behind.get(key, [0.0]))[len(behind.get(key, [0.0])) // 2]
-                for name, key in behind_keys.items()
+                name: sorted(times)[len(times) // 2] for name, times in behind.items()
             },
         }  # fmt: skip
 
