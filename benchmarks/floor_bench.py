@@ -2,12 +2,17 @@
 
     python -m benchmarks.floor_bench [--rounds N] [--programs a,b,...] [--profile]
 
-Per program, four links of the same inputs are timed, interleaved round by round:
+Per program, six links of the same inputs are timed, interleaved round by round:
 
 * LLD cache: ``-Wl,--thinlto-cache-dir`` warmed once (LLD then starts no distributor);
-* cached-dist: a full hit from a warmed cache;
+* cached-dist: a full hit from a warmed cache, outputs copied (the default);
+* cached-dist --hard-link: the same, outputs hard-linked to the verified blobs;
 * C floor: ``floor_c.c`` (compiled here), which only hard-links precomputed objects;
-* Python floor: ``floor_py.py``, the interpreter, ``import json`` and the same links.
+* Python floor: ``floor_py.py``, the interpreter, ``import json`` and the same links;
+* cached-dist with its C extension hidden (the pure-Python shard decoder).
+
+Also measured: what creating an empty file costs in each program's link directory (on ext4
+it varies with how full that part of the disk is, and every copied output pays it).
 
 Programs: lua 5.4 with a regular and a thin liblua.a (Debian's source, its own Makefile), and
 the generated program of tests/shardgen.py with 300 and 3,000 modules in a regular archive.
@@ -41,7 +46,8 @@ RESULTS = HERE / "results"
 LLVM_BIN = Path("/usr/lib/llvm-22/bin")
 PROGRAMS = ("lua-regular", "lua-thin", "gen-300", "gen-3000")
 PY_DECODER = "cached-dist, Python decoder"  # the extension hidden: the state before issue 14
-CONFIGS = ("LLD cache", "cached-dist", "C floor", "Python floor", PY_DECODER)
+HARD_LINK = "cached-dist --hard-link"
+CONFIGS = ("LLD cache", "cached-dist", HARD_LINK, "C floor", "Python floor", PY_DECODER)
 # CPU time (user + system) of each timed link and everything it ran: far less sensitive than
 # wall time to other work on the machine.
 CPU_TIMES: dict[str, list[float]] = {}
@@ -81,7 +87,7 @@ def link_command(program: str, out: str, extra: list[str]) -> list[str]:
 
 
 def prepare(program: str, work: Path, floor_c: Path, fresh: bool) -> dict[str, Callable[[], float]]:
-    """Builds the program, warms every cache, saves the floors' objects; returns the four
+    """Builds the program, warms every cache, saves the floors' objects; returns the six
     timed links. Without ``fresh``, a build, caches and objects left by a previous run are
     reused (the first timed links re-warm whatever is missing)."""
     if program.startswith("lua") and (fresh or not (work / "lua/src/liblua.a").exists()):
@@ -118,6 +124,9 @@ def prepare(program: str, work: Path, floor_c: Path, fresh: bool) -> dict[str, C
         "cached-dist": link_command(
             program, "app-ours", [dist, f"-Xthinlto-distributor={ours_args}"]
         ),
+        HARD_LINK: link_command(
+            program, "app-ourshl", [dist, f"-Xthinlto-distributor={ours_args},--hard-link"]
+        ),
         "C floor": link_command(program, "app-cfloor", c_floor),
         "Python floor": link_command(program, "app-pyfloor", py_floor),
         PY_DECODER: link_command(
@@ -129,9 +138,9 @@ def prepare(program: str, work: Path, floor_c: Path, fresh: bool) -> dict[str, C
     for command in commands.values():
         timed(command, src)  # everything warm, every binary written once
     binaries = {(src / f"app-{n}").read_bytes()
-                for n in ("lld", "ours", "cfloor", "pyfloor", "ourspy")}  # fmt: skip
+                for n in ("lld", "ours", "ourshl", "cfloor", "pyfloor", "ourspy")}  # fmt: skip
     if len(binaries) != 1:
-        raise RuntimeError(f"{program}: the five links gave different binaries")
+        raise RuntimeError(f"{program}: the six links gave different binaries")
 
     def runner(name: str, command: list[str]) -> Callable[[], float]:
         def run() -> float:
@@ -145,6 +154,23 @@ def prepare(program: str, work: Path, floor_c: Path, fresh: bool) -> dict[str, C
         return run
 
     return {name: runner(name, command) for name, command in commands.items()}
+
+
+def create_cost(directory: Path, count: int = 200) -> float:
+    """Median ms to create (and close) an empty file in ``directory``: what each copied output
+    costs beyond its bytes, and what a hard link avoids. On ext4 it depends on how full the
+    directory's block group is, so it is measured where the links write."""
+    times = []
+    paths = [directory / f".create-cost-{os.getpid()}-{i}" for i in range(count)]
+    try:
+        for path in paths:  # all kept until the end, as a link's outputs are
+            started = time.perf_counter()
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+            times.append(time.perf_counter() - started)
+    finally:
+        for path in paths:
+            path.unlink(missing_ok=True)
+    return 1000 * statistics.median(times)
 
 
 def shard_speed(shard_dirs: list[Path]) -> dict[str, float]:
@@ -222,36 +248,42 @@ def main(argv: list[str] | None = None) -> int:
         for program in programs:
             profile_hit(program, root / program)
     results = interleave(configs, args.rounds, say)
+    creates = {p: create_cost(root / p / ("lua/src" if p.startswith("lua") else "src"))
+               for p in programs}  # fmt: skip
     table: dict[str, dict[str, object]] = {}
-    print("| program | jobs | LLD cache | cached-dist | C floor | Python floor | Python decoder | "
-          "excess over the Python floor |")  # fmt: skip
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    header = ("| program | jobs | LLD cache | cached-dist | --hard-link | C floor | Python floor | "
+              "Python decoder | excess over the Python floor (copies, --hard-link) |\n"
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |")  # fmt: skip
+    print(header)
     for program in programs:
         med = {n: results[f"{program}: {n}"].median for n in
                CONFIGS}  # fmt: skip
         lld = med["LLD cache"]
-        excess = (med["cached-dist"] - med["Python floor"]) / jobs[program]
+        excess = [(med[n] - med["Python floor"]) / jobs[program] for n in CONFIGS[1:3]]
         table[program] = {"jobs": jobs[program], **{f"{n} s": v for n, v in med.items()},
                           **{f"{n} ratio": v / lld for n, v in med.items()},
-                          "excess_ms_per_job": 1000 * excess}  # fmt: skip
+                          "excess_ms_per_job": 1000 * excess[0],
+                          "excess_ms_per_job_hard_link": 1000 * excess[1],
+                          "file_create_ms": creates[program]}  # fmt: skip
         cells = " | ".join(f"{1000 * med[n]:.0f} ms ({med[n] / lld:.2f}x)"
                            for n in CONFIGS[1:])  # fmt: skip
         print(f"| {program} | {jobs[program]} | {1000 * lld:.0f} ms | {cells} | "
-              f"{1000 * excess:.3f} ms/job |")  # fmt: skip
+              f"{1000 * excess[0]:.3f}, {1000 * excess[1]:.3f} ms/job |")  # fmt: skip
     print("\nCPU time (user + system, the link and all it ran), medians:\n")
-    print("| program | jobs | LLD cache | cached-dist | C floor | Python floor | Python decoder | "
-          "excess over the Python floor |")  # fmt: skip
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print(header)
     for program in programs:
         cpu = {n: statistics.median(CPU_TIMES[f"{program}: {n}"]) for n in CONFIGS}
         lld = cpu["LLD cache"]
-        excess = (cpu["cached-dist"] - cpu["Python floor"]) / jobs[program]
+        excess = [(cpu[n] - cpu["Python floor"]) / jobs[program] for n in CONFIGS[1:3]]
         table[program]["cpu"] = {**{f"{n} s": v for n, v in cpu.items()},
-                                 "excess_ms_per_job": 1000 * excess}  # fmt: skip
+                                 "excess_ms_per_job": 1000 * excess[0],
+                                 "excess_ms_per_job_hard_link": 1000 * excess[1]}  # fmt: skip
         cells = " | ".join(f"{1000 * cpu[n]:.0f} ms ({cpu[n] / lld:.2f}x)"
                            for n in CONFIGS[1:])  # fmt: skip
         print(f"| {program} | {jobs[program]} | {1000 * lld:.0f} ms | {cells} | "
-              f"{1000 * excess:.3f} ms/job |")  # fmt: skip
+              f"{1000 * excess[0]:.3f}, {1000 * excess[1]:.3f} ms/job |")  # fmt: skip
+    print("\nCreating an empty file where each program links (ms, median of 200): "
+          + ", ".join(f"{p} {creates[p]:.3f}" for p in programs))  # fmt: skip
     speed = shard_speed([root / p / "shards" for p in programs])
     print(f"shards: {speed}")
     report = {"benchmark": "floor_bench", "date": time.strftime("%Y-%m-%d %H:%M:%S"),

@@ -184,6 +184,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "SIZE"),
     OptionSpec("disable", "do not read or write the cache: a plain distributor"),
     OptionSpec("group-shared", "create the cache for a group: setgid dirs, group-writable files"),
+    OptionSpec("hard-link", "serve hits as hard links to the cache's verified files instead of "
+               "copies (faster; see the guide for the caveat)"),
     OptionSpec("verify-hits", "recompile this fraction of hits and compare bytes (default: 0)",
                _fraction, "FRACTION"),
     # --compiler-check (issue 15): how the backend compiler is identified in keys.
@@ -225,6 +227,7 @@ class Options:
         max_size: int = DEFAULT_MAX_SIZE,
         disable: bool = False,
         group_shared: bool = False,
+        hard_link: bool = False,
         verify_hits: float = 0.0,
         compiler_check: str = "content",
         remote_storage: tuple[str, ...] = (),
@@ -246,6 +249,7 @@ class Options:
         self.max_size = max_size
         self.disable = disable
         self.group_shared = group_shared
+        self.hard_link = hard_link
         self.verify_hits = verify_hits
         self.compiler_check = compiler_check
         self.remote_storage = remote_storage

@@ -153,11 +153,13 @@ class Blobs:
         path = temp_name(self.tmp, "blob")
         return os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, self._modes.file), path
 
-    def copy_out(self, digest: str, size: int, dest: str) -> str:
+    def copy_out(self, digest: str, size: int, dest: str, link: bool = False) -> str:
         """Write the blob to `dest` atomically, reflinked when possible; verify every byte served.
 
         The destination is a fresh file renamed over `dest`, never a link to the store's file,
-        so whoever later writes to the output cannot damage the store.
+        so whoever later writes to the output cannot damage the store. With `link` (the
+        store's opt-in ``hard_link``), `dest` becomes a hard link to the verified blob: no new
+        inode, no bytes written; where the file system refuses the link, a copy as above.
         """
         path = self.path(digest)
         try:
@@ -169,6 +171,10 @@ class Blobs:
             if st.st_size != size:
                 self._drop_corrupt(path, st)
                 return Outcome.CORRUPT
+            if link:
+                linked = self._link_out(src, path, st, digest, dest)
+                if linked is not None:
+                    return linked
             directory = os.path.dirname(dest) or "."
             tmp = temp_name(directory, os.path.basename(dest))
             out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
@@ -200,13 +206,28 @@ class Blobs:
             except BaseException:
                 unlink_quietly(tmp)
                 raise
-            if time.time() - st.st_mtime > _TOUCH_AFTER:
-                # A read-only cache still serves hits; it just cannot age them.
-                with contextlib.suppress(OSError):
-                    os.utime(src)
+            _touch(src, st)
             return Outcome.OK
         finally:
             os.close(src)
+
+    def _link_out(
+        self, src: int, path: str, st: os.stat_result, digest: str, dest: str
+    ) -> str | None:
+        """Serve the open blob `src` by a hard link at `dest`, after hashing every byte; None
+        when the link cannot be made (another file system, a link limit, protected_hardlinks),
+        with `src` rewound for a copy."""
+        if _hash_fd(src) != digest:
+            self._drop_corrupt(path, st)
+            return Outcome.CORRUPT
+        try:
+            unlink_quietly(dest)
+            os.link(path, dest)
+        except OSError:
+            os.lseek(src, 0, os.SEEK_SET)
+            return None
+        _touch(src, st)
+        return Outcome.OK
 
     def check(self, digest: str) -> bool | None:
         """Re-hash one blob: True if intact, False if corrupt (and removed), None if absent."""
@@ -217,10 +238,7 @@ class Blobs:
             return None
         try:
             st = os.fstat(src)
-            hasher = xxhash.xxh3_128()
-            while chunk := os.read(src, _CHUNK):
-                hasher.update(chunk)
-            if hasher.hexdigest() == digest:
+            if _hash_fd(src) == digest:
                 return True
             self._drop_corrupt(path, st)
             return False
@@ -279,3 +297,19 @@ class Blobs:
             except OSError:
                 continue
         return freed
+
+
+def _hash_fd(fd: int) -> str:
+    """XXH3-128 of everything left to read from `fd`."""
+    hasher = xxhash.xxh3_128()
+    while chunk := os.read(fd, _CHUNK):
+        hasher.update(chunk)
+    return hasher.hexdigest()
+
+
+def _touch(src: int, st: os.stat_result) -> None:
+    """Refresh a served blob's LRU clock, unless it was refreshed lately."""
+    if time.time() - st.st_mtime > _TOUCH_AFTER:
+        # A read-only cache still serves hits; it just cannot age them.
+        with contextlib.suppress(OSError):
+            os.utime(src)

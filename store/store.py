@@ -53,11 +53,13 @@ class Store:
         *,
         max_size: int = DEFAULT_MAX_SIZE,
         group_shared: bool = False,
+        hard_link: bool = False,
         warn: Warn | None = None,
     ) -> None:
         self.root = os.path.abspath(os.fspath(root))
         self.max_size = int(max_size)
         self.group_shared = group_shared
+        self.hard_link = hard_link  # serve outputs as hard links to the (verified) blobs
         self._modes = Modes(group_shared)
         self._problems = Problems(warn)
         self._blobs = Blobs(self.root, self._modes)
@@ -151,7 +153,7 @@ class Store:
                 ref = manifest.outputs.get(role)
                 if ref is None:
                     return False
-                outcome = self._blobs.copy_out(ref[0], ref[1], os.fspath(dest))
+                outcome = self._blobs.copy_out(ref[0], ref[1], os.fspath(dest), self.hard_link)
                 if outcome != Outcome.OK:
                     self._drop(manifest.key)
                     if outcome == Outcome.CORRUPT:

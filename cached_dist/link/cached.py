@@ -58,7 +58,7 @@ def open_store(options: Options, log: Log) -> Store | None:
     try:
         store = Store(
             options.cache_dir, max_size=options.max_size, group_shared=options.group_shared,
-            warn=warn,
+            hard_link=options.hard_link, warn=warn,
         )  # fmt: skip
     except Exception as e:  # the store promises not to raise; belt and braces
         warn(f"unusable ({e}); linking without the cache")

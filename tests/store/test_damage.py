@@ -234,3 +234,45 @@ def test_permission_error_is_reported_once(tmp_path: Path, monkeypatch: pytest.M
     m = s.get("aa01")
     assert m is not None and s.materialize(m, {"obj": str(tmp_path / "o")})
     assert s.usable and put(s, tmp_path, "bb00", b"new 0")
+
+
+def test_hard_link_serving_shares_the_verified_blob(tmp_path: Path) -> None:
+    """--hard-link: the output is the blob's inode (nothing written); an edit made through a
+    served output damages the blob, and the next hit sees it and misses, never serves it."""
+    w = Warnings()
+    s = Store(tmp_path / "c", hard_link=True, warn=w)
+    data = content("k1", 60000)
+    assert put(s, tmp_path, "aa01", data)
+    m = s.get("aa01")
+    assert m is not None
+    first, second = tmp_path / "first.o", tmp_path / "second.o"
+    second.write_bytes(b"an old output, replaced, never written through")
+    assert s.materialize(m, {"obj": str(first)}) and s.materialize(m, {"obj": str(second)})
+    path = blob_path(s, "aa01")
+    assert first.read_bytes() == second.read_bytes() == data
+    assert first.stat().st_ino == second.stat().st_ino == path.stat().st_ino
+    assert path.stat().st_nlink == 3
+    flip(first, 100)  # someone edits an output in place: the blob changes with it
+    third = tmp_path / "third.o"
+    assert not s.materialize(m, {"obj": str(third)})
+    assert not third.exists() and not path.exists() and s.get("aa01") is None
+    assert s.stats()["corruptions"] == 1 and "damaged" in w.text()
+
+
+def test_hard_link_serving_copies_where_it_cannot_link(tmp_path: Path) -> None:
+    """Another file system (tmpfs /dev/shm against this one): a verified copy instead."""
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or os.stat(shm).st_dev == os.stat(tmp_path).st_dev:
+        pytest.skip("needs /dev/shm on another file system than the test's directory")
+    s = Store(tmp_path / "c", hard_link=True)
+    data = content("k2", 30000)
+    assert put(s, tmp_path, "aa02", data)
+    m = s.get("aa02")
+    assert m is not None
+    dest = shm / f"cached-dist-test-{os.getpid()}.o"
+    try:
+        assert s.materialize(m, {"obj": str(dest)})
+        assert dest.read_bytes() == data and dest.stat().st_nlink == 1
+        assert blob_path(s, "aa02").stat().st_nlink == 1
+    finally:
+        dest.unlink(missing_ok=True)
