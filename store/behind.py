@@ -4,10 +4,10 @@ A link served from a remote tier promotes what it got into the local store, so t
 link hits locally. Opening the index for writing (importing diskcache, opening it) and
 committing costs about as much as the whole rest of such a link, and the link's own outputs do
 not depend on it. So the link writes that work to a file in the store's tmp/ and starts a
-fresh interpreter (``python -P -m store.writer``) in a session of its own, with no terminal
-and none of the caller's descriptors (a build tool reading the link's output is not held up),
-and exits. A fresh process rather than a fork: sqlite's per-process lock state must not cross
-a fork, and closing the caller's connections first would cost a WAL checkpoint.
+fresh interpreter (``python -P -m store.writer``, :mod:`.detached`) that the link does not
+wait for, and exits. A fresh process rather than a fork: sqlite's per-process lock state
+must not cross a fork, and closing the caller's connections first would cost a WAL
+checkpoint.
 
 Every such writer holds a shared ``flock`` on ``locks/write-behind.lock`` (taken by the
 caller, handed over) until it is done. :func:`settle` (an exclusive attempt, polled) waits for
@@ -20,8 +20,9 @@ by rename, index rows by transaction).
 from __future__ import annotations
 
 import os
-import sys
 import time
+
+from .detached import spawn
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -62,37 +63,12 @@ def start(root: str, modes: Modes, work: str) -> bool:
         return False
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # a settle() in progress: write here
-        actions: list[tuple[object, ...]] = [
-            (os.POSIX_SPAWN_OPEN, std, os.devnull, os.O_RDWR, 0) for std in (0, 1, 2)
-        ]
-        actions += [(os.POSIX_SPAWN_CLOSE, other) for other in _inherited(fd)]
-        os.set_inheritable(fd, True)
-        # -P: the link's working directory may hold a "store" of its own.
-        os.posix_spawn(sys.executable, [sys.executable, "-P", "-m", "store.writer",
-                                        root, work, str(fd)],
-                       os.environ, file_actions=actions, setsid=True)  # fmt: skip
+        spawn("store.writer", [root, work, str(fd)], keep=fd)
     except OSError:
         return False
     finally:
         os.close(fd)  # the writer's copy keeps the shared lock
     return True
-
-
-def _inherited(keep: int) -> list[int]:
-    """Descriptors above 2 a child would inherit, but ``keep``: pipes of whoever ran us."""
-    try:
-        found = [int(name) for name in os.listdir("/proc/self/fd")]
-    except OSError:
-        return []
-    result = []
-    for fd in found:
-        if fd > 2 and fd != keep:
-            try:
-                if os.get_inheritable(fd):
-                    result.append(fd)
-            except OSError:
-                continue  # the listing's own descriptor, closed by now
-    return result
 
 
 def settle(root: str, modes: Modes, bound: float = SETTLE_BOUND) -> None:

@@ -3,6 +3,7 @@ has the real one)."""
 
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -140,3 +141,90 @@ def test_workers_check_their_compiler_the_way_the_key_identifies_it(tmp_path: Pa
     }
     done = compile_job(spec)
     assert done["failure"] is not None and "another toolchain" in done["failure"]
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A directory with a short path: a Unix socket's path must fit in 108 bytes."""
+    import shutil
+    import tempfile
+
+    path = Path(tempfile.mkdtemp(prefix="cd-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_the_resident_client_lives_only_in_a_private_directory(
+    short_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cached_dist.runners import dask_resident
+
+    tmp_path = short_tmp
+    assert dask_resident.socket_path("tcp://h:1") is not None  # the default place works
+    (tmp_path / ("long" * 25)).mkdir()
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / ("long" * 25)))
+    assert dask_resident.socket_path("tcp://h:1") is None  # no room for the name: in-process
+    assert (tmp_path / ("long" * 25) / "cached-dist").is_dir()
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    path = dask_resident.socket_path("tcp://10.0.0.1:8786")
+    assert path is not None and Path(path).parent == tmp_path / "cached-dist"
+    assert (tmp_path / "cached-dist").stat().st_mode & 0o777 == 0o700
+    assert dask_resident.socket_path("tcp://10.0.0.2:8786") != path  # one per scheduler
+    (tmp_path / "cached-dist").chmod(0o755)  # others could put a socket there
+    assert dask_resident.socket_path("tcp://10.0.0.1:8786") is None
+    assert dask_resident.connect("tcp://10.0.0.1:8786") is None  # so: in-process
+
+
+def _fake_resident(path: str, behaviour: str) -> None:
+    """Listens at ``path`` like a resident client that misbehaves, for one link."""
+    import socket
+    import threading
+
+    from cached_dist.runners import dask_resident
+
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(1)
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        with conn:
+            if behaviour == "garbage":
+                conn.sendall(b"\x00\x00\x00\x00\x00\x00\x00\x05nope!")
+                return
+            dask_resident.send(conn, ("hello", 4242, dask_resident.PROTOCOL))
+            dask_resident.receive(conn)  # the shipment
+            if behaviour == "half":
+                dask_resident.send(conn, ("job", 7, "Dask task failed: boom"))
+                # then it dies: the connection closes without "end"
+
+    threading.Thread(target=serve, daemon=True).start()
+
+
+@pytest.mark.parametrize("behaviour", ["garbage", "half"])
+def test_a_resident_client_that_misbehaves_is_not_trusted(
+    short_tmp: Path, monkeypatch: pytest.MonkeyPatch, behaviour: str
+) -> None:
+    import time
+
+    from cached_dist.runners import dask_resident
+    from cached_dist.runners.shipment import Shipment
+
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(short_tmp))
+    address = f"tcp://127.0.0.1:1/{behaviour}"
+    path = dask_resident.socket_path(address)
+    assert path is not None
+    _fake_resident(path, behaviour)
+    resident = dask_resident.connect(address)
+    if behaviour == "garbage":
+        assert resident is None  # no greeting: the link works in-process
+        return
+    assert resident is not None and resident.pid == 4242
+    shipment = Shipment()
+    shipment.specs = {7: ({}, []), 8: ({}, [])}
+    got = []
+    with pytest.raises(dask_resident.ResidentLost):
+        for outcome in resident.run(shipment, 10.0, time.monotonic() + 10, print):
+            got.append(outcome)
+    resident.close()
+    assert got == [(7, "Dask task failed: boom")]  # what came before is kept

@@ -191,6 +191,93 @@ def test_an_unreachable_scheduler_costs_one_warning(tmp_path: Path) -> None:
     assert project.run_program() == project.expected_output
 
 
+def resident_pid(address: str, wait: float = 0.0) -> int | None:
+    """The pid of the resident client for ``address`` once it answers (within ``wait`` s)."""
+    from cached_dist.runners import dask_resident
+
+    deadline = time.monotonic() + wait
+    while True:
+        found = dask_resident.connect(address)
+        if found is not None:
+            found.close()
+            return found.pid
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.1)
+
+
+def test_links_after_the_first_go_through_the_resident_client(site: Site) -> None:
+    address = site.cluster.address
+    pid = resident_pid(address)
+    if pid is not None:  # left by the tests before: start from none
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while resident_pid(address) is not None and time.monotonic() < deadline:
+            time.sleep(0.05)
+    project = build_in(site, "calc", "none", False, "resident")
+    compiler = wrapper(site.shared, "clang-resident")
+    first = project.link("first", remote_compiler=compiler,
+                         distributor_args=site.args(f"--cache-dir={site.shared}/cache-r1"))  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    assert f"Dask: connected to {address} in " in first.stderr
+    assert "(distributed imported, workers listed)" in first.stderr
+    pid = resident_pid(address, wait=30)
+    assert pid is not None, "the first link left no resident client behind"
+
+    env = {**os.environ, "PYTHONPROFILEIMPORTTIME": "1"}
+    second = project.link("second", remote_compiler=compiler, env=env,
+                          distributor_args=site.args(f"--cache-dir={site.shared}/cache-r2"))  # fmt: skip
+    assert second.returncode == 0, second.stderr
+    assert f"(through the resident client, pid {pid})" in second.stderr
+    assert "5 jobs: 0 hits, 5 compiled (5 remotely)," in second.stderr
+    assert {r[0] for r in runs(compiler)[5:]} <= {"w1", "w2"} and len(runs(compiler)) == 10
+    imported = {line.rsplit("|", 1)[1].strip() for line in second.stderr.splitlines()
+                if line.startswith("import time:") and "|" in line}  # fmt: skip
+    assert "cached_dist.runners.dask_resident" in imported  # the measurement works
+    assert not {m for m in imported if m.split(".")[0] in ("distributed", "dask")}
+    assert (project.dir / "second").read_bytes() == (project.dir / "first").read_bytes()
+    assert project.run_program("second") == project.expected_output
+
+
+def test_a_resident_client_killed_mid_link_leaves_the_rest_to_this_machine(site: Site) -> None:
+    address = site.cluster.address
+    pid = resident_pid(address)
+    if pid is None:
+        from cached_dist.runners import dask_resident
+
+        dask_resident.start(address)
+        pid = resident_pid(address, wait=30)
+    assert pid is not None
+    project = build_in(site, "calc", "none", False, "resident-killed")
+    compiler = wrapper(site.shared, "clang-resident-killed", remote_only="sleep 3")
+    import subprocess
+
+    link = subprocess.Popen(
+        project.link_command(remote_compiler=compiler,
+                             distributor_args=site.args(f"--cache-dir={site.shared}/cache-rk")),
+        cwd=project.dir, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not runs(compiler) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    _, err = link.communicate(timeout=120)
+    assert link.returncode == 0, err
+    assert f"(through the resident client, pid {pid})" in err
+    warnings = [x for x in err.splitlines() if "warning" in x]
+    assert len(warnings) == 1 and "the resident Dask client stopped" in warnings[0], err
+    assert "compiling 5 of 5 jobs locally" in warnings[0], err
+    assert project.run_program() == project.expected_output
+
+    # What it left (a socket nobody answers) is refused: the next link works in-process and
+    # leaves a new resident client behind.
+    again = project.link("again", remote_compiler=compiler,
+                         distributor_args=site.args(f"--cache-dir={site.shared}/cache-rk2"))  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert "(distributed imported, workers listed)" in again.stderr
+    assert resident_pid(address, wait=30) not in (None, pid)
+
+
 def test_a_worker_killed_mid_job_is_replaced_and_the_link_completes(site: Site) -> None:
     """Runs last in the module: a killed worker is restarted by its nanny."""
     project = build_in(site, "calc", "none", False, "killed")

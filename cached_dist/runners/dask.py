@@ -6,11 +6,17 @@ and where); every job is a task that references the inputs it needs, runs
 which are written here as each task finishes, so results stream to the cache. Dask moves
 the inputs between workers and reschedules the tasks of a worker that dies.
 
+Importing distributed and connecting cost ~0.5-0.7 s, paid before any task could start. So
+the first link that reaches a scheduler leaves a resident client behind
+(:mod:`.dask_resident`), and later links hand it their jobs over a Unix socket: they never
+import distributed. Both paths run the same :func:`dispatch`.
+
 Anything the cluster does not do ends as a failed job, which the link compiles locally with
 one warning: a scheduler that cannot be reached within a couple of seconds or has no
 workers, a job whose files cannot be shipped, a worker with another toolchain, a task that
-fails, and whatever is unfinished when ``--dask-timeout`` runs out (no link hangs on a
-cluster). distributed is imported only here, only when jobs must run.
+fails, a resident client that stops, and whatever is unfinished when ``--dask-timeout`` runs
+out (no link hangs on a cluster). distributed is imported only when jobs must run, and only
+where there is no resident client.
 """
 
 from __future__ import annotations
@@ -19,13 +25,13 @@ import contextlib
 import os
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 
 from ..jobfile import Job, JobFile
 from ..keys import toolchain
 from ..log import Log
 from ..options import Options
-from . import Result
+from . import Result, dask_resident
 from .dask_task import compile_job
 from .shipment import Shipment, plan
 
@@ -36,6 +42,9 @@ if TYPE_CHECKING:
     from distributed import Client, Future
 
     from . import Report
+
+    #: What :func:`dispatch` yields for each job: (job index, the task's result or why not).
+    Outcome = tuple[int, dict[str, Any] | str]
 
 CONNECT_TIMEOUT = 2.0  # seconds; a scheduler that does not answer by then is down
 _unreachable: dict[str, str] = {}  # address -> why: tried once per process, warned once
@@ -65,66 +74,54 @@ class DaskRunner:
 
     def run(self, job_file: JobFile, jobs: Sequence[Job], report: Report) -> None:
         started = time.monotonic()
-        client, why = self._connect()
-        if client is None:
-            for job in jobs:
-                report(Result(job, 0.0, why))
-            return
+        deadline = started + self.timeout
+        resident = dask_resident.connect(self.address)
+        client = None
+        if resident is None:
+            client, why = open_client(self.address, self.debug)
+            if client is None:
+                for job in jobs:
+                    report(Result(job, 0.0, why))
+                return
+            how = "distributed imported, workers listed"
+        else:
+            how = f"through the resident client, pid {resident.pid}"
         self.log.detail(f"Dask: connected to {self.address} in "
-                        f"{time.monotonic() - started:.2f} s (distributed imported, workers "
-                        "listed)")  # fmt: skip
+                        f"{time.monotonic() - started:.2f} s ({how})")  # fmt: skip
+        by_index = {job.index: job for job in jobs}
         reported: set[int] = set()
 
         def report_once(result: Result) -> None:
             reported.add(result.job.index)
             report(result)
 
+        lost = "the Dask runner lost track of it"
         try:
-            self._run(client, job_file, jobs, report_once, started)
+            shipment = self._plan(job_file, jobs, report_once)
+            if shipment.specs:
+                if resident is not None:
+                    events = resident.run(shipment, self.timeout, deadline, self.log.detail)
+                else:
+                    assert client is not None
+                    events = dispatch(client, shipment, self.timeout, deadline, self.log.detail,
+                                      self.debug)  # fmt: skip
+                for index, outcome in events:
+                    report_once(self._finish(by_index[index], outcome))
+        except dask_resident.ResidentLost as e:
+            lost = f"the resident Dask client stopped ({e})"
+        finally:
             for job in jobs:  # belt and braces: every job is reported, whatever happened
                 if job.index not in reported:
-                    report(Result(job, 0.0, "the Dask runner lost track of it"))
-        finally:
-            with contextlib.suppress(Exception):
-                client.close(timeout=CONNECT_TIMEOUT)
+                    report(Result(job, 0.0, lost))
+            if resident is not None:
+                resident.close()
+            if client is not None:
+                with contextlib.suppress(Exception):
+                    client.close(timeout=CONNECT_TIMEOUT)
+        if client is not None:
+            dask_resident.start(self.address)  # the cluster works: keep a client for next links
 
-    def _connect(self) -> tuple[Client | None, str]:
-        if self.address in _unreachable:
-            return None, _unreachable[self.address]
-        import logging
-
-        import dask
-        from distributed import Client
-
-        if not self.debug:  # its own reports of connection trouble would repeat ours
-            for name in ["distributed", *logging.root.manager.loggerDict]:
-                if name.startswith("distributed"):
-                    logging.getLogger(name).setLevel(logging.CRITICAL)
-        dask.config.set({"distributed.comm.timeouts.connect": f"{CONNECT_TIMEOUT}s"})
-        try:
-            client = Client(self.address, timeout=CONNECT_TIMEOUT, set_as_default=False)
-        except Exception as e:
-            why = f"cannot reach the Dask scheduler at {self.address} ({_reason(e)})"
-            _unreachable[self.address] = why
-            return None, why
-        try:
-            workers = client.scheduler_info().get("workers", {})
-        except Exception as e:
-            workers, error = {}, _reason(e)
-        else:
-            error = "it has no workers"
-        if not workers:
-            with contextlib.suppress(Exception):
-                client.close(timeout=CONNECT_TIMEOUT)
-            why = f"the Dask scheduler at {self.address} cannot run jobs ({error})"
-            _unreachable[self.address] = why
-            return None, why
-        return client, ""
-
-    def _run(
-        self, client: Client, job_file: JobFile, jobs: Sequence[Job], report: Report,
-        started: float,
-    ) -> None:  # fmt: skip
+    def _plan(self, job_file: JobFile, jobs: Sequence[Job], report: Report) -> Shipment:
         identities = _identities(job_file, jobs, self.check)
         shipment = self.shipment = plan(job_file, jobs, identities)
         for spec, _ in shipment.specs.values():
@@ -132,112 +129,177 @@ class DaskRunner:
         by_index = {job.index: job for job in jobs}
         for index, why in shipment.refused.items():
             report(Result(by_index[index], 0.0, f"cannot be compiled remotely: {why}"))
-        if not shipment.specs:
-            return
-        self.log.detail(f"Dask: sending {len(shipment.contents)} distinct inputs, "
-                        f"{shipment.shipped_bytes} bytes (the jobs name {shipment.input_bytes} "
-                        f"bytes of inputs in all), for {len(shipment.specs)} jobs")  # fmt: skip
-        batch = _Batch(client, shipment, by_index, self.timeout)
+        if shipment.specs:
+            self.log.detail(f"Dask: sending {len(shipment.contents)} distinct inputs, "
+                            f"{shipment.shipped_bytes} bytes (the jobs name "
+                            f"{shipment.input_bytes} bytes of inputs in all), for "
+                            f"{len(shipment.specs)} jobs")  # fmt: skip
+        return shipment
+
+    def _finish(self, job: Job, outcome: dict[str, Any] | str) -> Result:
+        if isinstance(outcome, str):
+            return Result(job, 0.0, outcome)
+        self.log.passthrough(os.path.basename(job.module), outcome["text"])
+        if outcome["failure"] is not None:
+            return Result(job, outcome["seconds"], outcome["failure"])
+        try:
+            for path, data in zip(job.outputs, outcome["outputs"], strict=True):
+                _write(path, data)
+        except (OSError, ValueError) as e:
+            return Result(job, 0.0, f"Dask task finished, but {_reason(e)}")
+        return Result(job, outcome["seconds"], by=f"on Dask worker {outcome['where']}",
+                      output=outcome["text"], remote=True)  # fmt: skip
+
+
+def open_client(address: str, debug: bool = False) -> tuple[Client | None, str]:
+    """A client connected to a scheduler that has workers, or (None, why not)."""
+    if address in _unreachable:
+        return None, _unreachable[address]
+    import logging
+
+    import dask
+    from distributed import Client
+
+    if not debug:  # its own reports of connection trouble would repeat ours
+        for name in ["distributed", *logging.root.manager.loggerDict]:
+            if name.startswith("distributed"):
+                logging.getLogger(name).setLevel(logging.CRITICAL)
+    dask.config.set({"distributed.comm.timeouts.connect": f"{CONNECT_TIMEOUT}s"})
+    try:
+        client = Client(address, timeout=CONNECT_TIMEOUT, set_as_default=False)
+    except Exception as e:
+        why = f"cannot reach the Dask scheduler at {address} ({_reason(e)})"
+        _unreachable[address] = why
+        return None, why
+    try:
+        workers = client.scheduler_info().get("workers", {})
+    except Exception as e:
+        workers, error = {}, _reason(e)
+    else:
+        error = "it has no workers"
+    if not workers:
+        with contextlib.suppress(Exception):
+            client.close(timeout=CONNECT_TIMEOUT)
+        why = f"the Dask scheduler at {address} cannot run jobs ({error})"
+        _unreachable[address] = why
+        return None, why
+    return client, ""
+
+
+def dispatch(
+    client: Client, shipment: Shipment, timeout: float, deadline: float,
+    detail: Callable[[str], None], debug: bool = False,
+) -> Generator[Outcome, None, None]:  # fmt: skip
+    """Runs the shipment's jobs on the cluster by ``deadline`` (the link's --dask-timeout,
+    ``timeout``, after it started); yields each job's outcome as it ends, every job once.
+    Closing the iterator early cancels what is still running."""
+    batch = _Batch(client, shipment, timeout, max(1.0, deadline - time.monotonic()))
+    try:
         try:
             batch.submit_all()
-            self._collect(batch, report, started)
-        except Exception as e:  # the cluster went away mid-link: compile the rest here
-            if self.debug:
+            collected = _collect(batch, deadline, detail)
+        except Exception as e:  # the cluster went away: every job compiles on the link machine
+            if debug:
                 raise
-            for job in batch.pending.values():
-                report(Result(job, 0.0, f"Dask failed: {_reason(e)}"))
             batch.pending.clear()
-        finally:
-            if batch.pending:  # interrupted: the cluster must not keep compiling for nobody
-                with contextlib.suppress(Exception):
-                    client.cancel(list(batch.pending))
+            collected = iter([(i, f"Dask failed: {_reason(e)}") for i in shipment.specs])
+        while True:
+            try:
+                outcome = next(collected)
+            except StopIteration:
+                break
+            except Exception as e:  # the cluster went away mid-link
+                if debug:
+                    raise
+                for index in batch.pending.values():
+                    yield index, f"Dask failed: {_reason(e)}"
+                batch.pending.clear()
+                break
+            yield outcome
+    finally:
+        if batch.pending:  # interrupted: the cluster must not keep compiling for nobody
+            with contextlib.suppress(Exception):
+                client.cancel(list(batch.pending))
 
-    def _collect(self, batch: _Batch, report: Report, started: float) -> None:
-        from distributed import as_completed
 
-        deadline = started + self.timeout
-        remaining = max(0.0, deadline - time.monotonic())
-        waiting = as_completed(batch.futures, loop=batch.client.loop, timeout=remaining)
-        try:
-            for future in waiting:
-                key = str(future.key)
-                job = batch.pending[key]
-                if future.status not in ("finished", "error") and job.index not in batch.again:
-                    # Lost, e.g. with the inputs a killed worker held: send it once more.
-                    self.log.detail(f"Dask task for {job.module} {future.status}; sending "
-                                    "it again")  # fmt: skip
-                    waiting.add(batch.submit(job, again=True))  # pending under its new key
-                    del batch.pending[key]
-                    continue
+def _collect(batch: _Batch, deadline: float, detail: Callable[[str], None]) -> Iterator[Outcome]:
+    from distributed import as_completed
+
+    remaining = max(0.0, deadline - time.monotonic())
+    waiting = as_completed(batch.futures, loop=batch.client.loop, timeout=remaining)
+    try:
+        for future in waiting:
+            key = str(future.key)
+            index = batch.pending[key]
+            if future.status not in ("finished", "error") and index not in batch.again:
+                # Lost, e.g. with the inputs a killed worker held: send it once more.
+                name = batch.shipment.specs[index][0].get("name", index)
+                detail(f"Dask task for {name} {future.status}; sending it again")
+                waiting.add(batch.submit(index, again=True))  # pending under its new key
                 del batch.pending[key]
-                try:
-                    result = self._finish(future, job, deadline)
-                except Exception as e:  # its outputs could not be fetched or written
-                    result = Result(job, 0.0, f"Dask task finished, but {_reason(e)}")
-                report(result)
-        except TimeoutError:
-            for job in batch.pending.values():
-                report(Result(job, 0.0, f"not finished on Dask within --dask-timeout "
-                                        f"{self.timeout:g} s"))  # fmt: skip
-            batch.client.cancel(list(batch.pending))
-            batch.pending.clear()
+                continue
+            del batch.pending[key]
+            yield index, _outcome(future, deadline)
+    except TimeoutError:
+        unfinished = list(batch.pending.items())
+        batch.client.cancel([key for key, _ in unfinished])
+        batch.pending.clear()
+        for _, index in unfinished:
+            yield index, f"not finished on Dask within --dask-timeout {batch.timeout:g} s"
 
-    def _finish(self, future: Future[Any], job: Job, deadline: float) -> Result:
-        if future.status != "finished":
-            error: BaseException | None = None
-            if future.status == "error":
-                try:
-                    error = future.exception(timeout=CONNECT_TIMEOUT)
-                except Exception as e:
-                    error = e
-            reason = _reason(error) if error is not None else future.status
-            return Result(job, 0.0, f"Dask task failed: {reason}")
+
+def _outcome(future: Future[Any], deadline: float) -> dict[str, Any] | str:
+    """The finished task's result, or why there is none."""
+    if future.status != "finished":
+        error: BaseException | None = None
+        if future.status == "error":
+            try:
+                error = future.exception(timeout=CONNECT_TIMEOUT)
+            except Exception as e:
+                error = e
+        reason = _reason(error) if error is not None else future.status
+        return f"Dask task failed: {reason}"
+    try:
         done: dict[str, Any] = future.result(timeout=max(1.0, deadline - time.monotonic()))
-        self.log.passthrough(os.path.basename(job.module), done["text"])
-        if done["failure"] is not None:
-            return Result(job, done["seconds"], done["failure"])
-        for path, data in zip(job.outputs, done["outputs"], strict=True):
-            _write(path, data)
-        return Result(job, done["seconds"], by=f"on Dask worker {done['where']}",
-                      output=done["text"], remote=True)  # fmt: skip
+    except Exception as e:  # its outputs could not be fetched
+        return f"Dask task finished, but {_reason(e)}"
+    return done
 
 
 class _Batch:
     """One batch on the cluster: its inputs scattered once, a task per job."""
 
-    def __init__(
-        self, client: Client, shipment: Shipment, by_index: dict[int, Job], bound: float
-    ) -> None:
+    def __init__(self, client: Client, shipment: Shipment, timeout: float, bound: float) -> None:
         self.client = client
-        self.bound = bound  # seconds a scatter may take (the whole batch's bound)
+        self.timeout = timeout  # --dask-timeout, for messages
+        self.bound = bound  # seconds a scatter may take (what is left of the timeout)
         self.shipment = shipment
-        self.by_index = by_index
         self.token = uuid.uuid4().hex[:12]
         self.inputs: dict[str, Future[Any]] = {}  # content key -> scattered data
-        self.pending: dict[str, Job] = {}  # task key -> job
+        self.pending: dict[str, int] = {}  # task key -> job index
         self.futures: list[Future[Any]] = []
         self.again: set[int] = set()  # jobs sent a second time
 
     def submit_all(self) -> None:
         self.inputs = self.client.scatter(self.shipment.contents, hash=False, timeout=self.bound)
         for index in self.shipment.specs:
-            self.futures.append(self.submit(self.by_index[index]))
+            self.futures.append(self.submit(index))
 
-    def submit(self, job: Job, again: bool = False) -> Future[Any]:
-        spec, keys = self.shipment.specs[job.index]
+    def submit(self, index: int, again: bool = False) -> Future[Any]:
+        spec, keys = self.shipment.specs[index]
         inputs = self.inputs
         if again:  # scatter its inputs anew: the first copies may have died with a worker
-            self.again.add(job.index)
+            self.again.add(index)
             contents = self.shipment.contents
-            fresh = {f"{k}-{self.token}-{job.index}": contents[k] for k in keys}
+            fresh = {f"{k}-{self.token}-{index}": contents[k] for k in keys}
             sent = self.client.scatter(fresh, hash=False, timeout=self.bound)
-            inputs = {k: sent[f"{k}-{self.token}-{job.index}"] for k in keys}
-        key = f"cached-dist-backend-{self.token}-{job.index}" + ("-again" if again else "")
+            inputs = {k: sent[f"{k}-{self.token}-{index}"] for k in keys}
+        key = f"cached-dist-backend-{self.token}-{index}" + ("-again" if again else "")
         size = len(self.shipment.contents[keys[0]]) if keys else 0  # big modules first
         future: Future[Any] = self.client.submit(
             compile_job, spec, *(inputs[k] for k in keys), key=key, pure=False, priority=size
         )
-        self.pending[key] = job
+        self.pending[key] = index
         return future
 
 

@@ -119,6 +119,7 @@ def _job_spec(
         size += len(data)
     argv = [compiler, *(_renamed(arg, rename) for arg in command[1:])]
     spec = {
+        "name": os.path.basename(job.module),  # for messages
         "compiler": compiler,
         "identity": identities[compiler],
         "argv": argv,
