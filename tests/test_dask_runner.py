@@ -1,6 +1,7 @@
 """The Dask runner's options and shipping plan, without a cluster (tests/test_e2e_dask.py
 has the real one)."""
 
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -88,15 +89,33 @@ def test_plan_sends_each_content_once_and_reroots_paths(tmp_path: Path) -> None:
     assert sorted(shipment.contents.values()) == [b"module a", b"module b", b"shard a", b"shard b"]
     assert shipment.input_bytes == 2 * (8 + 7 + 8) and shipment.shipped_bytes == 2 * (8 + 7)
     spec, keys = shipment.specs[0]
-    root = str(tmp_path).lstrip("/")
-    assert spec["cwd"] == root and spec["identity"] == "id"
-    assert spec["inputs"] == [f"{root}/a.o", f"{root}/a.thinlto.bc", f"{root}/b.o"]
+    # Everything is below the link's directory: it is the sandbox's root ("" for cwd).
+    assert spec["cwd"] == "" and spec["identity"] == "id"
+    assert spec["inputs"] == ["a.o", "a.thinlto.bc", "b.o"]
     assert keys == [content_key(b"module a"), content_key(b"shard a"), content_key(b"module b")]
     # an absolute output becomes relative to the link's directory; the compiler stays
     assert spec["argv"] == ["/opt/clang", "-c", "-O2", "a.o", "-fthinlto-index=a.thinlto.bc",
                             "-o", "out/a.native.o"]  # fmt: skip
-    assert spec["outputs"] == [f"{root}/out/a.native.o"]
-    assert shipment.specs[1][0]["outputs"] == [f"{root}/b.native.o"]
+    assert spec["outputs"] == ["out/a.native.o"]
+    assert shipment.specs[1][0]["outputs"] == ["b.native.o"]
+
+
+def test_the_sandbox_keeps_the_directories_relative_paths_climb_through(tmp_path: Path) -> None:
+    """cwd t/x/y naming ../../x/z.o: the sandbox must hold t's x, not only x's content."""
+    deep = tmp_path / "t" / "x" / "y"
+    deep.mkdir(parents=True)
+    (tmp_path / "t" / "x" / "z.o").write_bytes(b"module z")
+    (deep / "z.bc").write_bytes(b"shard z")
+    job_file = parse({
+        "common": {"args": ["/opt/clang", "-c"]},
+        "jobs": [{"args": ["../../x/z.o", "-fthinlto-index=z.bc", "-o", "z.native.o"],
+                  "inputs": ["../../x/z.o", "z.bc"], "outputs": ["z.native.o"]}],
+    })  # fmt: skip
+    spec, _ = plan(job_file, job_file.jobs, {"/opt/clang": "id"}, str(deep)).specs[0]
+    assert spec["cwd"] == "x/y"  # the root is t: ../.. from x/y stays inside it
+    assert spec["inputs"] == ["x/z.o", "x/y/z.bc"] and spec["outputs"] == ["x/y/z.native.o"]
+    sandbox = Path("/sandbox")
+    assert os.path.normpath(sandbox / spec["cwd"] / "../../x/z.o") == str(sandbox / "x/z.o")
 
 
 def test_plan_refuses_what_it_cannot_send(tmp_path: Path) -> None:

@@ -1,11 +1,12 @@
 """What the link machine sends a remote worker for each job, when no file system is shared.
 
 Every path a job names (its module, shard, imported modules, extra inputs and outputs) is
-placed under a sandbox root at its absolute path on this machine, and the job runs with the
-link's working directory re-rooted there: relative paths, ``..`` included, resolve as they
-do here. Absolute paths on the command line become relative to the working directory; the
-shard names modules by the paths LLD saw, so a shard that names one by an absolute path is
-rewritten (:mod:`cached_dist.bitcode.reroot`) to name it relatively, like the command line.
+placed under a sandbox root at its path below the deepest directory that holds them all and
+the link's working directory, and the job runs with the working directory re-rooted there:
+relative paths, ``..`` included, resolve as they do here. Absolute paths on the command
+line become relative to the working directory; the shard names modules by the paths LLD
+saw, so a shard that names one by an absolute path is rewritten
+(:mod:`cached_dist.bitcode.reroot`) to name it relatively, like the command line.
 Each distinct content is sent once per link, however many jobs read it.
 """
 
@@ -102,6 +103,13 @@ def _job_spec(
     rename = {p: os.path.relpath(p, here) for p in (*job.inputs, *job_file.common_inputs,
                                                      *job.outputs) if os.path.isabs(p)}  # fmt: skip
     named_by_shard = [p for p in (job.module, *job.imports) if os.path.isabs(p)]
+    named = (*job_file.common_inputs, *job.inputs, *job.outputs)
+    base = _sandbox_base(here, named)
+
+    def in_sandbox(path: str) -> str:
+        inside = os.path.relpath(absolute(path), base)
+        return "" if inside == "." else inside
+
     sandbox_paths: list[str] = []
     keys: list[str] = []
     size = 0
@@ -111,7 +119,7 @@ def _job_spec(
             data = _reroot_shard(data, {p: rename[p] for p in named_by_shard})
         key = content_key(data)
         shipment.contents.setdefault(key, data)
-        relative = absolute(path).lstrip("/")
+        relative = in_sandbox(path)
         if relative in sandbox_paths:
             continue
         sandbox_paths.append(relative)
@@ -123,11 +131,33 @@ def _job_spec(
         "compiler": compiler,
         "identity": identities[compiler],
         "argv": argv,
-        "cwd": here.lstrip("/"),
+        "cwd": in_sandbox(here),
         "inputs": sandbox_paths,
-        "outputs": [absolute(p).lstrip("/") for p in job.outputs],
+        "outputs": [in_sandbox(p) for p in job.outputs],
     }
     return spec, keys, size
+
+
+def _sandbox_base(here: str, named: Sequence[str]) -> str:
+    """The deepest directory holding the working directory, every file the job names and
+    every directory a relative path climbs through (``../..``): the sandbox recreates what is
+    below it, so a job in a deep build tree costs the worker a few directories, not the
+    tree's depth, and relative paths still resolve as they do here."""
+    bases = [here]
+    for path in named:
+        normal = os.path.normpath(os.path.join(here, path))
+        bases.append(normal)
+        if not os.path.isabs(path):
+            climbs = 0
+            for part in os.path.normpath(path).split(os.sep):
+                if part != "..":
+                    break
+                climbs += 1
+            ancestor = here
+            for _ in range(climbs):
+                ancestor = os.path.dirname(ancestor)
+            bases.append(ancestor)
+    return os.path.commonpath(bases)
 
 
 def _renamed(arg: str, rename: dict[str, str]) -> str:
