@@ -247,3 +247,14 @@ def test_a_resident_client_that_misbehaves_is_not_trusted(
             got.append(outcome)
     resident.close()
     assert got == [(7, "Dask task failed: boom")]  # what came before is kept
+
+
+def test_links_with_other_dask_settings_use_another_resident_client(
+    short_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cached_dist.runners import dask_resident
+
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(short_tmp))
+    plain = dask_resident.socket_path("tcp://h:1")
+    monkeypatch.setenv("DASK_DISTRIBUTED__COMM__TLS__CA_FILE", "/etc/ca.pem")
+    assert dask_resident.socket_path("tcp://h:1") not in (None, plain)

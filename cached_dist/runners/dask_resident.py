@@ -7,11 +7,12 @@ the background (:mod:`.dask_service`, detached), and the links after it hand it 
 over a Unix socket: they send the shipment (the specs, each distinct input once) and get each
 job's outcome back as it ends, exactly as :func:`.dask.dispatch` yields it in-process.
 
-There is one per user, scheduler address and version of this code (the socket's name says
-which), in a directory only the user can enter; it serves concurrent links, a thread each.
-This module is the link's side and the wire format; a link that finds no resident client
-answering within HELLO_TIMEOUT works in-process, and one whose resident client stops
-mid-link compiles the rest locally (:class:`ResidentLost`).
+There is one per user, scheduler address, version of this code and set of ``DASK_*``
+environment variables (the socket's name says which), in a directory only the user can
+enter; it serves concurrent links, a thread each. This module is the link's side and the
+wire format; a link that finds no resident client answering within HELLO_TIMEOUT works
+in-process, and one whose resident client stops mid-link compiles the rest locally
+(:class:`ResidentLost`).
 """
 
 from __future__ import annotations
@@ -69,7 +70,10 @@ def socket_path(address: str) -> str | None:
                 for name in ("dask.py", "dask_resident.py", "dask_service.py")]  # fmt: skip
     except OSError:
         return None
-    stamp = "\0".join([address, str(PROTOCOL), __version__, *code])
+    # Dask's own settings from the environment (TLS credentials, timeouts) are the first
+    # link's in a resident client: links with other ones use another.
+    dask_env = sorted(f"{k}={v}" for k, v in os.environ.items() if k.startswith("DASK_"))
+    stamp = "\0".join([address, str(PROTOCOL), __version__, *code, *dask_env])
     name = xxhash.xxh3_64_hexdigest(stamp.encode("utf-8", "surrogateescape"))
     path = os.path.join(directory, f"dask-{name}.sock")
     return path if len(path.encode()) < 100 else None  # sun_path holds 108 bytes

@@ -86,6 +86,7 @@ def serve(conn: socket.socket, client: Client, links: _Links) -> None:
 
 def main(argv: list[str]) -> int:
     address, path = argv
+    os.chdir("/")  # never keep the first link's directory busy (an unmount, a removal)
     lock = os.open(path + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
