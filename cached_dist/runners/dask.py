@@ -32,7 +32,7 @@ from ..keys import toolchain
 from ..log import Log
 from ..options import Options
 from . import Result, dask_resident
-from .dask_task import compile_job
+from .dask_task import compile_with
 from .shipment import Shipment, plan
 
 TYPE_CHECKING = False
@@ -235,7 +235,7 @@ def _collect(batch: _Batch, deadline: float, detail: Callable[[str], None]) -> I
                 # Lost, e.g. with the inputs a killed worker held: send it once more.
                 name = batch.shipment.specs[index][0].get("name", index)
                 detail(f"Dask task for {name} {future.status}; sending it again")
-                waiting.add(batch.submit(index, again=True))  # pending under its new key
+                waiting.add(batch.resubmit(index))  # pending under its new key
                 del batch.pending[key]
                 continue
             del batch.pending[key]
@@ -282,23 +282,45 @@ class _Batch:
 
     def submit_all(self) -> None:
         self.inputs = self.client.scatter(self.shipment.contents, hash=False, timeout=self.bound)
+        # One graph update per size class (a power of two of the module's size), largest
+        # first: a call per job cost the scheduler ~8 ms each on 2 cores, and the big jobs,
+        # which bound the link, still start first.
+        classes: dict[int, list[int]] = {}
         for index in self.shipment.specs:
-            self.futures.append(self.submit(index))
+            classes.setdefault(self._size(index).bit_length(), []).append(index)
+        for size_class in sorted(classes, reverse=True):
+            indices = classes[size_class]
+            specs = [self.shipment.specs[i] for i in indices]
+            keys = [self._key(i) for i in indices]
+            futures = self.client.map(
+                compile_with, [spec for spec, _ in specs],
+                [[self.inputs[k] for k in contents] for _, contents in specs],
+                key=keys, pure=False, priority=size_class,
+            )  # fmt: skip
+            for key, index, future in zip(keys, indices, futures, strict=True):
+                self.pending[key] = index
+                self.futures.append(future)
 
-    def submit(self, index: int, again: bool = False) -> Future[Any]:
+    def _size(self, index: int) -> int:
+        keys = self.shipment.specs[index][1]
+        return len(self.shipment.contents[keys[0]]) if keys else 0
+
+    def _key(self, index: int, again: bool = False) -> str:
+        return f"cached-dist-backend-{self.token}-{index}" + ("-again" if again else "")
+
+    def resubmit(self, index: int) -> Future[Any]:
+        """Sends a job once more, with fresh copies of its inputs: the first copies may have
+        died with a worker."""
         spec, keys = self.shipment.specs[index]
-        inputs = self.inputs
-        if again:  # scatter its inputs anew: the first copies may have died with a worker
-            self.again.add(index)
-            contents = self.shipment.contents
-            fresh = {f"{k}-{self.token}-{index}": contents[k] for k in keys}
-            sent = self.client.scatter(fresh, hash=False, timeout=self.bound)
-            inputs = {k: sent[f"{k}-{self.token}-{index}"] for k in keys}
-        key = f"cached-dist-backend-{self.token}-{index}" + ("-again" if again else "")
-        size = len(self.shipment.contents[keys[0]]) if keys else 0  # big modules first
+        self.again.add(index)
+        contents = self.shipment.contents
+        fresh = {f"{k}-{self.token}-{index}": contents[k] for k in keys}
+        sent = self.client.scatter(fresh, hash=False, timeout=self.bound)
+        key = self._key(index, again=True)
         future: Future[Any] = self.client.submit(
-            compile_job, spec, *(inputs[k] for k in keys), key=key, pure=False, priority=size
-        )
+            compile_with, spec, [sent[f"{k}-{self.token}-{index}"] for k in keys], key=key,
+            pure=False, priority=self._size(index).bit_length(),
+        )  # fmt: skip
         self.pending[key] = index
         return future
 

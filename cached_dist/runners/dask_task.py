@@ -109,3 +109,9 @@ def compile_job(spec: dict[str, Any], *contents: bytes) -> dict[str, Any]:
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return result
+
+
+def compile_with(spec: dict[str, Any], contents: list[bytes]) -> dict[str, Any]:
+    """:func:`compile_job` with the inputs in one list: one signature for every job, so a
+    batch of jobs is one ``Client.map``."""
+    return compile_job(spec, *contents)
