@@ -9,6 +9,7 @@ which directory, so the tests see that each job ran on a worker, inside its sand
 
 import os
 import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -191,6 +192,21 @@ def test_an_unreachable_scheduler_costs_one_warning(tmp_path: Path) -> None:
     assert project.run_program() == project.expected_output
 
 
+def link_until_a_compile_starts(
+    site: Site, project: Project, compiler: Path, cache: str
+) -> subprocess.Popen[str]:
+    """Starts a link through the cluster in the background; returns once a compile began."""
+    link = subprocess.Popen(
+        project.link_command(remote_compiler=compiler,
+                             distributor_args=site.args(f"--cache-dir={site.shared}/{cache}")),
+        cwd=project.dir, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not runs(compiler) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return link
+
+
 def resident_pid(address: str, wait: float = 0.0) -> int | None:
     """The pid of the resident client for ``address`` once it answers (within ``wait`` s)."""
     from cached_dist.runners import dask_resident
@@ -250,16 +266,7 @@ def test_a_resident_client_killed_mid_link_leaves_the_rest_to_this_machine(site:
     assert pid is not None
     project = build_in(site, "calc", "none", False, "resident-killed")
     compiler = wrapper(site.shared, "clang-resident-killed", remote_only="sleep 3")
-    import subprocess
-
-    link = subprocess.Popen(
-        project.link_command(remote_compiler=compiler,
-                             distributor_args=site.args(f"--cache-dir={site.shared}/cache-rk")),
-        cwd=project.dir, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    deadline = time.monotonic() + 60
-    while not runs(compiler) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    link = link_until_a_compile_starts(site, project, compiler, "cache-rk")
     os.kill(pid, signal.SIGKILL)
     _, err = link.communicate(timeout=120)
     assert link.returncode == 0, err
@@ -282,16 +289,7 @@ def test_a_worker_killed_mid_job_is_replaced_and_the_link_completes(site: Site) 
     """Runs last in the module: a killed worker is restarted by its nanny."""
     project = build_in(site, "calc", "none", False, "killed")
     compiler = wrapper(site.shared, "clang-killed", remote_only="sleep 3")
-    import subprocess
-
-    link = subprocess.Popen(
-        project.link_command(remote_compiler=compiler,
-                             distributor_args=site.args(f"--cache-dir={site.shared}/cache-k")),
-        cwd=project.dir, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    deadline = time.monotonic() + 60
-    while not runs(compiler) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    link = link_until_a_compile_starts(site, project, compiler, "cache-k")
     victim = runs(compiler)[0]
     os.kill(int(victim[1]), signal.SIGKILL)  # the worker process running this compile
     os.kill(int(victim[2]), signal.SIGKILL)  # and the compile it started
@@ -319,7 +317,6 @@ def test_a_scheduler_without_workers_and_one_that_dies_mid_link(tmp_path: Path) 
                 "workers); compiling 5 of 5 jobs locally") in done.stderr  # fmt: skip
         c.start_worker("w1", hide=[project.dir])
         c.await_workers(1)
-        import subprocess
 
         started = time.monotonic()
         link = subprocess.Popen(project.link_command("app2", remote_compiler=compiler,
