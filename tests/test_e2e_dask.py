@@ -222,14 +222,31 @@ def resident_pid(address: str, wait: float = 0.0) -> int | None:
         time.sleep(0.1)
 
 
+def no_resident(address: str) -> bool:
+    """No resident client for ``address`` runs or is starting (its lock is free)."""
+    import fcntl
+
+    from cached_dist.runners import dask_resident
+
+    path = dask_resident.socket_path(address)
+    assert path is not None
+    with open(path + ".lock", "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
+
+
 def test_links_after_the_first_go_through_the_resident_client(site: Site) -> None:
     address = site.cluster.address
-    pid = resident_pid(address)
-    if pid is not None:  # left by the tests before: start from none
-        os.kill(pid, signal.SIGKILL)
-        deadline = time.monotonic() + 10
-        while resident_pid(address) is not None and time.monotonic() < deadline:
-            time.sleep(0.05)
+    deadline = time.monotonic() + 30
+    while not no_resident(address):  # left by the tests before (or starting): none, first
+        pid = resident_pid(address)
+        if pid is not None:
+            os.kill(pid, signal.SIGKILL)
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
     project = build_in(site, "calc", "none", False, "resident")
     compiler = wrapper(site.shared, "clang-resident")
     first = project.link("first", remote_compiler=compiler,
