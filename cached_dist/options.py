@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 SUBCOMMANDS = ("stats", "clear", "trim", "verify", "flags")
 DEFAULT_MAX_SIZE = 5 * 2**30
 DEFAULT_DASK_TIMEOUT = 900.0
+DEFAULT_DASK_RESIDENT_IDLE = 600.0
 
 
 def default_jobs() -> int:
@@ -87,6 +88,13 @@ def _seconds(text: str) -> float:
     if not value > 0 or value == float("inf"):
         raise ValueError(f"must be a positive number of seconds, got {text}")
     return value
+
+
+def _idle_seconds(text: str) -> float:
+    """Seconds, 0 included (0 turns the thing off)."""
+    if text.strip() in ("0", "0.0"):
+        return 0.0
+    return _seconds(text)
 
 
 def _address(text: str) -> str:
@@ -197,6 +205,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "tcp://host:8786 (needs cached-dist[dask])", _address, "ADDRESS"),
     OptionSpec("dask-timeout", "longest wait for a link's jobs on Dask; the rest compile here "
                "(default: 900)", _seconds, "SECONDS"),
+    OptionSpec("dask-resident-idle", "seconds the resident Dask client waits for another link "
+               "before it exits; 0: no resident client (default: 600)", _idle_seconds,
+               "SECONDS"),
     OptionSpec("remote-storage", "remote cache tier(s) after the local one: redis://, rediss://, "
                "http://, https:// URLs, space-separated", _remote_urls, "URL"),
     OptionSpec("remote-read-only", "read the remote tier but never write to it (nor claim)"),
@@ -237,6 +248,7 @@ class Options:
         config: str = "",
         dask_scheduler: str = "",  # "": no Dask runner
         dask_timeout: float = DEFAULT_DASK_TIMEOUT,
+        dask_resident_idle: float = DEFAULT_DASK_RESIDENT_IDLE,  # 0: no resident client
         inner: tuple[str, ...] = (),  # the wrapped distributor's command; () = local runner
     ) -> None:
         self.jobs = default_jobs() if jobs is None else jobs
@@ -259,6 +271,7 @@ class Options:
         self.config = config
         self.dask_scheduler = dask_scheduler
         self.dask_timeout = dask_timeout
+        self.dask_resident_idle = dask_resident_idle
         self.inner = inner
 
 

@@ -33,6 +33,16 @@ def test_scheduler_from_flag_environment_and_config(tmp_path: Path) -> None:
     assert (options.dask_scheduler, options.dask_timeout) == ("tcp://c:3", 60.0)
 
 
+def test_the_resident_client_idle_time_and_turning_it_off(tmp_path: Path) -> None:
+    assert resolve([], [], _env(tmp_path)).dask_resident_idle == 600.0
+    assert resolve(["--dask-resident-idle=0"], [], _env(tmp_path)).dask_resident_idle == 0.0
+    env = _env(tmp_path, CACHED_DIST_DASK_RESIDENT_IDLE="30")
+    assert resolve([], [], env).dask_resident_idle == 30.0
+    config = tmp_path / "c.toml"
+    config.write_text("dask-resident-idle = 0\n")
+    assert resolve([f"--config={config}"], [], _env(tmp_path)).dask_resident_idle == 0.0
+
+
 @pytest.mark.parametrize(
     ("flags", "env", "message"),
     [
@@ -40,6 +50,8 @@ def test_scheduler_from_flag_environment_and_config(tmp_path: Path) -> None:
         (["--dask-timeout=0"], {}, "option --dask-timeout: must be a positive number of seconds"),
         (["--dask-timeout=soon"], {}, "option --dask-timeout: not a number of seconds"),
         ([], {"CACHED_DIST_DASK_TIMEOUT": "-1"}, "environment variable CACHED_DIST_DASK_TIMEOUT"),
+        (["--dask-resident-idle=-5"], {}, "option --dask-resident-idle: must be a positive"),
+        (["--dask-resident-idle=later"], {}, "option --dask-resident-idle: not a number"),
     ],
 )  # fmt: skip
 def test_option_errors(tmp_path: Path, flags: list[str], env: dict[str, str], message: str) -> None:

@@ -278,7 +278,7 @@ def test_a_resident_client_killed_mid_link_leaves_the_rest_to_this_machine(site:
     if pid is None:
         from cached_dist.runners import dask_resident
 
-        dask_resident.start(address)
+        dask_resident.start(address, 600.0)
         pid = resident_pid(address, wait=30)
     assert pid is not None
     project = build_in(site, "calc", "none", False, "resident-killed")
@@ -300,6 +300,35 @@ def test_a_resident_client_killed_mid_link_leaves_the_rest_to_this_machine(site:
     assert again.returncode == 0, again.stderr
     assert "(distributed imported, workers listed)" in again.stderr
     assert resident_pid(address, wait=30) not in (None, pid)
+
+
+def test_a_resident_client_exits_when_idle_and_zero_starts_none(site: Site) -> None:
+    address = site.cluster.address
+    deadline = time.monotonic() + 30
+    while not no_resident(address):
+        pid = resident_pid(address)
+        if pid is not None:
+            os.kill(pid, signal.SIGKILL)
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    project = build_in(site, "calc", "none", False, "resident-idle")
+    compiler = wrapper(site.shared, "clang-resident-idle")
+    off = project.link("off", remote_compiler=compiler, distributor_args=site.args(
+        f"--cache-dir={site.shared}/cache-ri0", "--dask-resident-idle=0"))  # fmt: skip
+    assert off.returncode == 0, off.stderr
+    assert "(distributed imported, workers listed)" in off.stderr
+    assert "5 jobs: 0 hits, 5 compiled (5 remotely)," in off.stderr
+    time.sleep(3)
+    assert no_resident(address)  # none was started
+
+    short = project.link("short", remote_compiler=compiler, distributor_args=site.args(
+        f"--cache-dir={site.shared}/cache-ri1", "--dask-resident-idle=1"))  # fmt: skip
+    assert short.returncode == 0, short.stderr
+    assert resident_pid(address, wait=30) is not None
+    deadline = time.monotonic() + 30  # idle 1 s; it looks every second
+    while not no_resident(address):
+        assert time.monotonic() < deadline, "the idle resident client did not exit"
+        time.sleep(0.2)
 
 
 def test_a_worker_killed_mid_job_is_replaced_and_the_link_completes(site: Site) -> None:

@@ -55,9 +55,10 @@ class DaskRunner:
 
     def __init__(
         self, address: str, timeout: float, log: Log, debug: bool = False,
-        compiler_check: str = "content",
+        compiler_check: str = "content", resident_idle: float = 0.0,
     ) -> None:  # fmt: skip
         self.address = address
+        self.resident_idle = resident_idle  # 0: no resident client (seconds it waits idle)
         # Workers check their compiler the way the key identifies it; size and mtime differ
         # from machine to machine, so with --compiler-check=mtime they compare contents.
         self.check = "content" if compiler_check == "mtime" else compiler_check
@@ -70,12 +71,12 @@ class DaskRunner:
     @classmethod
     def from_options(cls, options: Options, log: Log) -> DaskRunner:
         return cls(options.dask_scheduler, options.dask_timeout, log, options.debug,
-                   options.compiler_check)  # fmt: skip
+                   options.compiler_check, options.dask_resident_idle)  # fmt: skip
 
     def run(self, job_file: JobFile, jobs: Sequence[Job], report: Report) -> None:
         started = time.monotonic()
         deadline = started + self.timeout
-        resident = dask_resident.connect(self.address)
+        resident = dask_resident.connect(self.address) if self.resident_idle else None
         client = None
         if resident is None:
             client, why = open_client(self.address, self.debug)
@@ -118,8 +119,9 @@ class DaskRunner:
             if client is not None:
                 with contextlib.suppress(Exception):
                     client.close(timeout=CONNECT_TIMEOUT)
-        if client is not None:
-            dask_resident.start(self.address)  # the cluster works: keep a client for next links
+        if client is not None and self.resident_idle:
+            # The cluster works: keep a client for the next links.
+            dask_resident.start(self.address, self.resident_idle)
 
     def _plan(self, job_file: JobFile, jobs: Sequence[Job], report: Report) -> Shipment:
         identities = _identities(job_file, jobs, self.check)

@@ -156,13 +156,13 @@ def connect(address: str) -> Resident | None:
     return Resident(sock, int(hello[1]))
 
 
-def start(address: str) -> None:
-    """Starts a resident client for ``address`` in the background (best effort: at worst
-    the next link works in-process again)."""
+def start(address: str, idle: float) -> None:
+    """Starts a resident client for ``address`` that exits after ``idle`` seconds without a
+    link, in the background (best effort: at worst the next link works in-process again)."""
     path = socket_path(address)
     if path is None:
         return
     from store.detached import spawn
 
     with contextlib.suppress(OSError):
-        spawn("cached_dist.runners.dask_service", [address, path])
+        spawn("cached_dist.runners.dask_service", [address, path, repr(idle)])

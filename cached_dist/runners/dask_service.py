@@ -1,11 +1,12 @@
 """The resident Dask client's process: ``python -P -m cached_dist.runners.dask_service
-ADDRESS SOCKET`` (started by :func:`.dask_resident.start`, detached).
+ADDRESS SOCKET IDLE`` (started by :func:`.dask_resident.start`, detached).
 
 It takes ``SOCKET.lock`` (another holder means another resident client: this one exits),
 connects to the scheduler once, and serves each link that connects to ``SOCKET`` in a thread:
 greet, read the shipment, run :func:`.dask.dispatch`, send each outcome as it comes. A link
-that goes away mid-batch has its tasks cancelled. It exits after IDLE_EXIT seconds without
-a link, or when its scheduler has been gone for LOST_EXIT seconds.
+that goes away mid-batch has its tasks cancelled. It exits after IDLE seconds without a
+link (``--dask-resident-idle`` of the link that started it), or when its scheduler has been
+gone for LOST_EXIT seconds.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from distributed import Client
 
-IDLE_EXIT = 600.0
 LOST_EXIT = 10.0
 _REQUEST_TIMEOUT = 60.0  # a link that greets and sends nothing is dropped after this
 
@@ -85,7 +85,8 @@ def serve(conn: socket.socket, client: Client, links: _Links) -> None:
 
 
 def main(argv: list[str]) -> int:
-    address, path = argv
+    address, path, idle_text = argv
+    idle = float(idle_text)
     os.chdir("/")  # never keep the first link's directory busy (an unmount, a removal)
     lock = os.open(path + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
@@ -109,7 +110,7 @@ def main(argv: list[str]) -> int:
                 conn, _ = server.accept()
             except TimeoutError:
                 now = time.monotonic()
-                if links.idle_for() > IDLE_EXIT:
+                if links.idle_for() > idle:
                     return 0
                 if client.status == "running":
                     lost_since = None
