@@ -91,9 +91,12 @@ def _seconds(text: str) -> float:
 
 
 def _idle_seconds(text: str) -> float:
-    """Seconds, 0 included (0 turns the thing off)."""
-    if text.strip() in ("0", "0.0"):
-        return 0.0
+    """Seconds, or 0 (which turns the thing off)."""
+    try:
+        if float(text) == 0:
+            return 0.0
+    except ValueError:
+        pass  # _seconds says what is wrong with it
     return _seconds(text)
 
 

@@ -36,6 +36,7 @@ def test_scheduler_from_flag_environment_and_config(tmp_path: Path) -> None:
 def test_the_resident_client_idle_time_and_turning_it_off(tmp_path: Path) -> None:
     assert resolve([], [], _env(tmp_path)).dask_resident_idle == 600.0
     assert resolve(["--dask-resident-idle=0"], [], _env(tmp_path)).dask_resident_idle == 0.0
+    assert resolve(["--dask-resident-idle=0.00"], [], _env(tmp_path)).dask_resident_idle == 0.0
     env = _env(tmp_path, CACHED_DIST_DASK_RESIDENT_IDLE="30")
     assert resolve([], [], env).dask_resident_idle == 30.0
     config = tmp_path / "c.toml"

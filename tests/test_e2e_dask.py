@@ -238,15 +238,21 @@ def no_resident(address: str) -> bool:
         return True
 
 
-def test_links_after_the_first_go_through_the_resident_client(site: Site) -> None:
-    address = site.cluster.address
+def stop_residents(address: str) -> None:
+    """Kills the resident client for ``address`` left by earlier tests, and waits until none
+    is running or starting: a test then starts from none."""
     deadline = time.monotonic() + 30
-    while not no_resident(address):  # left by the tests before (or starting): none, first
+    while not no_resident(address):
         pid = resident_pid(address)
         if pid is not None:
             os.kill(pid, signal.SIGKILL)
         assert time.monotonic() < deadline
         time.sleep(0.1)
+
+
+def test_links_after_the_first_go_through_the_resident_client(site: Site) -> None:
+    address = site.cluster.address
+    stop_residents(address)
     project = build_in(site, "calc", "none", False, "resident")
     compiler = wrapper(site.shared, "clang-resident")
     first = project.link("first", remote_compiler=compiler,
@@ -304,13 +310,7 @@ def test_a_resident_client_killed_mid_link_leaves_the_rest_to_this_machine(site:
 
 def test_a_resident_client_exits_when_idle_and_zero_starts_none(site: Site) -> None:
     address = site.cluster.address
-    deadline = time.monotonic() + 30
-    while not no_resident(address):
-        pid = resident_pid(address)
-        if pid is not None:
-            os.kill(pid, signal.SIGKILL)
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+    stop_residents(address)
     project = build_in(site, "calc", "none", False, "resident-idle")
     compiler = wrapper(site.shared, "clang-resident-idle")
     off = project.link("off", remote_compiler=compiler, distributor_args=site.args(

@@ -98,7 +98,7 @@ class DaskRunner:
 
         lost = "the Dask runner lost track of it"
         try:
-            shipment = self._plan(job_file, jobs, report_once)
+            shipment = self._plan(job_file, jobs, by_index, report_once)
             if shipment.specs:
                 if resident is not None:
                     events = resident.run(shipment, self.timeout, deadline, self.log.detail)
@@ -123,12 +123,13 @@ class DaskRunner:
             # The cluster works: keep a client for the next links.
             dask_resident.start(self.address, self.resident_idle)
 
-    def _plan(self, job_file: JobFile, jobs: Sequence[Job], report: Report) -> Shipment:
+    def _plan(
+        self, job_file: JobFile, jobs: Sequence[Job], by_index: dict[int, Job], report: Report
+    ) -> Shipment:
         identities = _identities(job_file, jobs, self.check)
         shipment = self.shipment = plan(job_file, jobs, identities)
         for spec, _ in shipment.specs.values():
             spec["check"] = self.check
-        by_index = {job.index: job for job in jobs}
         for index, why in shipment.refused.items():
             report(Result(by_index[index], 0.0, f"cannot be compiled remotely: {why}"))
         if shipment.specs:
@@ -196,28 +197,19 @@ def dispatch(
     ``timeout``, after it started); yields each job's outcome as it ends, every job once.
     Closing the iterator early cancels what is still running."""
     batch = _Batch(client, shipment, timeout, max(1.0, deadline - time.monotonic()))
+    done: set[int] = set()
     try:
-        try:
-            batch.submit_all()
-            collected = _collect(batch, deadline, detail)
-        except Exception as e:  # the cluster went away: every job compiles on the link machine
-            if debug:
-                raise
-            batch.pending.clear()
-            collected = iter([(i, f"Dask failed: {_reason(e)}") for i in shipment.specs])
-        while True:
-            try:
-                outcome = next(collected)
-            except StopIteration:
-                break
-            except Exception as e:  # the cluster went away mid-link
-                if debug:
-                    raise
-                for index in batch.pending.values():
-                    yield index, f"Dask failed: {_reason(e)}"
-                batch.pending.clear()
-                break
-            yield outcome
+        batch.submit_all()
+        for index, outcome in _collect(batch, deadline, detail):
+            done.add(index)
+            yield index, outcome
+    except Exception as e:  # the cluster went away: the rest compile on the link machine
+        if debug:
+            raise
+        batch.pending.clear()  # nothing to cancel on a cluster that is gone
+        for index in shipment.specs:
+            if index not in done:
+                yield index, f"Dask failed: {_reason(e)}"
     finally:
         if batch.pending:  # interrupted: the cluster must not keep compiling for nobody
             with contextlib.suppress(Exception):
@@ -235,7 +227,7 @@ def _collect(batch: _Batch, deadline: float, detail: Callable[[str], None]) -> I
             index = batch.pending[key]
             if future.status not in ("finished", "error") and index not in batch.again:
                 # Lost, e.g. with the inputs a killed worker held: send it once more.
-                name = batch.shipment.specs[index][0].get("name", index)
+                name = batch.shipment.specs[index][0]["name"]
                 detail(f"Dask task for {name} {future.status}; sending it again")
                 waiting.add(batch.resubmit(index))  # pending under its new key
                 del batch.pending[key]
@@ -289,7 +281,7 @@ class _Batch:
         # which bound the link, still start first.
         classes: dict[int, list[int]] = {}
         for index in self.shipment.specs:
-            classes.setdefault(self._size(index).bit_length(), []).append(index)
+            classes.setdefault(self._size_class(index), []).append(index)
         for size_class in sorted(classes, reverse=True):
             indices = classes[size_class]
             specs = [self.shipment.specs[i] for i in indices]
@@ -303,9 +295,10 @@ class _Batch:
                 self.pending[key] = index
                 self.futures.append(future)
 
-    def _size(self, index: int) -> int:
+    def _size_class(self, index: int) -> int:
+        """The bit length of the job's module size: its priority (bigger runs first)."""
         keys = self.shipment.specs[index][1]
-        return len(self.shipment.contents[keys[0]]) if keys else 0
+        return len(self.shipment.contents[keys[0]]).bit_length() if keys else 0
 
     def _key(self, index: int, again: bool = False) -> str:
         return f"cached-dist-backend-{self.token}-{index}" + ("-again" if again else "")
@@ -321,7 +314,7 @@ class _Batch:
         key = self._key(index, again=True)
         future: Future[Any] = self.client.submit(
             compile_with, spec, [sent[f"{k}-{self.token}-{index}"] for k in keys], key=key,
-            pure=False, priority=self._size(index).bit_length(),
+            pure=False, priority=self._size_class(index),
         )  # fmt: skip
         self.pending[key] = index
         return future

@@ -100,10 +100,9 @@ def _job_spec(
     # Paths named absolutely become relative to the working directory, in the command line
     # and in the shard alike: the module's name on the command line must stay the name the
     # shard gives it, or the compiler would not recognise it as the module being compiled.
-    rename = {p: os.path.relpath(p, here) for p in (*job.inputs, *job_file.common_inputs,
-                                                     *job.outputs) if os.path.isabs(p)}  # fmt: skip
-    named_by_shard = [p for p in (job.module, *job.imports) if os.path.isabs(p)]
     named = (*job_file.common_inputs, *job.inputs, *job.outputs)
+    rename = {p: os.path.relpath(p, here) for p in named if os.path.isabs(p)}
+    named_by_shard = [p for p in (job.module, *job.imports) if os.path.isabs(p)]
     base = _sandbox_base(here, named)
 
     def in_sandbox(path: str) -> str:
