@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sqlite3
 import time
+
+from .sql import sqlite3
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import sqlite3
 import sys
+
+from .sql import sqlite3
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

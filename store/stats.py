@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sqlite3
 
 from .dbopen import BUSY_TIMEOUT, quarantine
 from .fsutil import Modes
+from .sql import sqlite3
 
 #: Integer counters; time_saved is kept in microseconds so increments stay exact integers.
 COUNTERS = (
