@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import os
-import sqlite3
 import time
 
 from .dbopen import BUSY_TIMEOUT, PROBE_SQL
+from .sql import sqlite3
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable, Iterator, Sequence
     from typing import Any, TypeVar
 
     import diskcache
@@ -25,6 +25,7 @@ _MEMO = "m:"
 #: under min_file_size is kept so). Stable since diskcache 1.0; pyproject pins it below 6.
 _MODE_RAW = 1
 _FALLBACK = object()  # a row the direct reader does not interpret: ask diskcache
+_BATCH = 900  # keys per query: below sqlite's oldest limit on bound parameters (999)
 
 
 class RowReader:
@@ -37,6 +38,10 @@ class RowReader:
 
     _SQL = (
         "SELECT mode, value FROM Cache WHERE key = ? AND raw = 1"
+        " AND (expire_time IS NULL OR expire_time > ?)"
+    )
+    _SQL_MANY = (
+        "SELECT key, mode, value FROM Cache WHERE key IN ({}) AND raw = 1"
         " AND (expire_time IS NULL OR expire_time > ?)"
     )
 
@@ -58,6 +63,18 @@ class RowReader:
             return None
         mode, value = row
         return value if mode == _MODE_RAW and isinstance(value, str) else _FALLBACK
+
+    def get_many(self, full_keys: Sequence[str]) -> dict[str, object]:
+        """:meth:`get` for many keys in a few queries: the found ones only."""
+        found: dict[str, object] = {}
+        now = time.time()
+        for start in range(0, len(full_keys), _BATCH):
+            chunk = full_keys[start : start + _BATCH]
+            sql = self._SQL_MANY.format(",".join("?" * len(chunk)))
+            for key, mode, value in self.con.execute(sql, (*chunk, now)):
+                ok = mode == _MODE_RAW and isinstance(value, str)
+                found[key] = value if ok else _FALLBACK
+        return found
 
     def close(self) -> None:
         self.con.close()
@@ -136,6 +153,23 @@ class Index:
                 reader.close()
         return self._run(lambda c: c.get(full_key))
 
+    def _read_many(self, full_keys: Sequence[str]) -> dict[str, Any]:
+        """:meth:`_read` for many keys, in a few queries when the direct reader can: the
+        found ones only."""
+        reader = self._reader
+        if reader is not None:
+            try:
+                found: dict[str, Any] = reader.get_many(full_keys)
+            except sqlite3.Error:
+                self._reader = None
+                reader.close()
+            else:
+                for key, value in found.items():
+                    if value is _FALLBACK:
+                        found[key] = self._get(key)
+                return {k: v for k, v in found.items() if v is not None}
+        return {k: v for k in full_keys if (v := self._read(k)) is not None}
+
     def _run(self, op: Callable[[diskcache.Cache], T]) -> T:
         try:
             return op(self.cache)
@@ -158,6 +192,11 @@ class Index:
     def get_entry(self, key: str) -> Any:
         return self._read(_ENTRY + key)
 
+    def get_entries(self, keys: Sequence[str]) -> dict[str, Any]:
+        """Raw manifests of the keys found (one query per 900 keys, not one per key)."""
+        n = len(_ENTRY)
+        return {k[n:]: v for k, v in self._read_many([_ENTRY + k for k in keys]).items()}
+
     def has_entry(self, key: str) -> bool:
         return self._read(_ENTRY + key) is not None
 
@@ -179,6 +218,12 @@ class Index:
 
     def get_memo(self, namespace: str, key: str) -> Any:
         return self._read(f"{_MEMO}{namespace}:{key}")
+
+    def get_memos(self, namespace: str, keys: Sequence[str]) -> dict[str, Any]:
+        """:meth:`get_memo` for many keys at once: the found ones only."""
+        prefix = f"{_MEMO}{namespace}:"
+        n = len(prefix)
+        return {k[n:]: v for k, v in self._read_many([prefix + k for k in keys]).items()}
 
     def set_memo(self, namespace: str, key: str, value: str) -> None:
         self._run(lambda c: c.set(f"{_MEMO}{namespace}:{key}", value))

@@ -144,6 +144,26 @@ class Store:
             self._fail("cannot read the cache index", error)
             return None
 
+    def lookup(self, keys: Sequence[str]) -> dict[str, Manifest]:
+        """The manifests stored for ``keys`` (the found ones), in one pass over the index: a
+        link's first look at all its keys. Blobs are not checked here as in get():
+        materialize() finds an evicted one, and drops its entry then."""
+        index = self._index
+        if index is None:
+            return {}
+        found: dict[str, Manifest] = {}
+        try:
+            for key, raw in index.get_entries([k for k in keys if valid_key(k)]).items():
+                manifest = Manifest.decode(key, raw)
+                if manifest is not None:
+                    found[key] = manifest
+                else:
+                    index.drop_entry(key)
+                    self._count(corruptions=1)
+        except Exception as error:
+            self._fail("cannot read the cache index", error)
+        return found
+
     def materialize(self, manifest: Manifest, dests: Mapping[str, str]) -> bool:
         """Write each requested role's blob to its destination, verified; False means a miss."""
         if self._index is None:
@@ -505,6 +525,18 @@ class Store:
             self._fail("cannot read the cache memo", error)
             return None
         return value if isinstance(value, str) else None
+
+    def memo_get_many(self, namespace: str, keys: Sequence[str]) -> dict[str, str]:
+        """:meth:`memo_get` for many keys in one pass over the index: the found ones."""
+        index = self._index
+        if index is None or not keys:
+            return {}
+        try:
+            found = index.get_memos(namespace, keys)
+        except Exception as error:
+            self._fail("cannot read the cache memo", error)
+            return {}
+        return {k: v for k, v in found.items() if isinstance(v, str)}
 
     def memo_put(self, namespace: str, key: str, value: str) -> None:
         """Remember a small string; failures are reported once and otherwise ignored."""

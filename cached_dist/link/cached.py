@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from store import Claim, Store
+    from store.manifest import Manifest
 
     from ..jobfile import Job, JobFile
     from ..log import Log
@@ -85,12 +86,13 @@ class CachedLink:
         self.bytes_served = 0
         self.counters: dict[str, int] = {}  # extra statistics: shards, verification
 
-    def serve(self, k: Keyed, how: str = "local cache") -> bool:
-        """Copies a stored result to the job's outputs; False is a miss."""
+    def serve(self, k: Keyed, how: str = "local cache", found: Manifest | None = None) -> bool:
+        """Copies a stored result (``found``: already looked up) to the job's outputs; False
+        is a miss."""
         if k.key is None:
             return False
         started = time.monotonic()
-        manifest = self.store.get(k.key)
+        manifest = found or self.store.get(k.key)
         if manifest is None or len(manifest.outputs) != len(k.job.outputs):
             return False
         if not self.store.materialize(manifest, output_roles(k.job)):
@@ -184,7 +186,8 @@ class CachedLink:
         raise_failures(outcome.failures)
 
     def run(self, keyed: list[Keyed]) -> None:
-        misses = [k for k in keyed if not self.serve(k)]
+        found = self.store.lookup([k.key for k in keyed if k.key is not None])
+        misses = [k for k in keyed if k.key not in found or not self.serve(k, found=found[k.key])]
         if misses and self.writes.settle():  # an earlier link may still be storing them
             misses = [k for k in misses if not self.serve(k)]
         if self.options.verify_hits > 0 and len(misses) < len(keyed):

@@ -43,6 +43,12 @@ class LinkWrites:
             found = self.store.memo_get(namespace, key)
         return found
 
+    def memo_get_many(self, namespace: str, keys: Sequence[str]) -> dict[str, str]:
+        found = self.store.memo_get_many(namespace, keys)
+        if len(found) < len(set(keys)) and self.settle():
+            found.update(self.store.memo_get_many(namespace, [k for k in keys if k not in found]))
+        return found
+
     def memo_put(self, namespace: str, key: str, value: str) -> None:
         self.memos.append((namespace, key, value))
 

@@ -345,3 +345,63 @@ def test_memo_put_many_is_one_transaction(tmp_path: Path) -> None:
     assert [again.memo_get("shard", f"raw{i}") for i in range(50)] == [
         f"canon{i}" for i in range(50)
     ]
+
+
+def _statements(s: Store) -> list[str]:
+    """The SQL the store's direct reader runs from now on."""
+    assert s._index is not None and s._index._reader is not None
+    seen: list[str] = []
+    s._index._reader.con.set_trace_callback(seen.append)
+    return seen
+
+
+def test_lookup_reads_many_keys_in_a_few_queries(tmp_path: Path) -> None:
+    """A link's first look at its keys: one query per 900 keys, not one per key."""
+    s = Store(tmp_path / "c")
+    assert put_one(s, tmp_path, "ab", b"x" * 10)
+    assert s._index is not None
+    text = s._index.get_entry("ab")
+    keys = [f"{i:04x}" for i in range(2000)]
+    s._index.set_entries([(k, text) for k in keys])
+    expected = s.get("ab")
+    assert expected is not None
+    assert set(s.lookup([*keys, "ffff", "not hex"])) == set(keys)  # diskcache, this process
+    s.close()
+    fresh = Store(tmp_path / "c")
+    statements = _statements(fresh)
+    found = fresh.lookup([*keys, "ffff", "not hex"])
+    assert set(found) == set(keys)
+    assert all(m.outputs == expected.outputs and m.key == k for k, m in found.items())
+    assert len(statements) == 3
+    assert fresh.materialize(found["07cf"], {"obj": str(tmp_path / "out")})
+    assert (tmp_path / "out").read_bytes() == b"x" * 10
+
+
+def test_lookup_drops_damaged_entries_and_serving_drops_evicted_ones(tmp_path: Path) -> None:
+    s = Store(tmp_path / "c")
+    assert put_one(s, tmp_path, "ab", b"x") and put_one(s, tmp_path, "cd", b"y")
+    assert s._index is not None
+    s._index.cache.set("a:ef", "{not json")
+    s.close()
+    fresh = Store(tmp_path / "c")
+    found = fresh.lookup(["ab", "cd", "ef"])
+    assert set(found) == {"ab", "cd"}  # lookup does not look at blobs
+    assert fresh.get("ef") is None and fresh.stats()["corruptions"] == 1
+    digest = found["cd"].outputs["obj"][0]
+    os.unlink(tmp_path / "c" / "blobs" / digest[:2] / digest[2:])
+    assert not fresh.materialize(found["cd"], {"obj": str(tmp_path / "out")})
+    assert fresh.get("cd") is None and set(fresh.lookup(["ab", "cd"])) == {"ab"}
+
+
+def test_memo_get_many(tmp_path: Path) -> None:
+    s = Store(tmp_path / "c")
+    s.memo_put_many("shard", [(f"raw{i}", f"canon{i}") for i in range(1000)])
+    s.memo_put("shard", "big", "x" * 40000)  # kept by diskcache in a file of its own
+    s.close()
+    fresh = Store(tmp_path / "c")
+    statements = _statements(fresh)
+    asked = [f"raw{i}" for i in range(0, 1200, 2)] + ["big"]
+    found = fresh.memo_get_many("shard", asked)
+    assert found == {**{f"raw{i}": f"canon{i}" for i in range(0, 1000, 2)}, "big": "x" * 40000}
+    assert len(statements) == 1  # 601 keys: one query (the big value read through diskcache)
+    assert fresh.memo_get_many("other", asked) == {} and fresh.memo_get_many("shard", []) == {}
