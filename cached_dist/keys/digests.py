@@ -9,8 +9,10 @@ opened for a blocking read, and a file that changes while it is read is an error
 then compiled and not cached) rather than an endless read or a key for bytes nobody compiled.
 """
 
+import itertools
 import os
 import stat
+from collections.abc import Iterable
 
 import xxhash
 
@@ -32,12 +34,15 @@ def read_regular(path: str, seen: os.stat_result | None = None) -> bytes:
         now = os.fstat(fd)
         if (now.st_dev, now.st_ino) != (seen.st_dev, seen.st_ino) or not stat.S_ISREG(now.st_mode):
             raise OSError(f"{path} was replaced while being read")
-        want = seen.st_size + 1  # one byte more than examined tells a file that grew
-        parts = []
-        while want > 0 and (part := os.read(fd, want)):
+        # One byte more than examined tells a file that grew; no read to see the end once
+        # all of it is in, as the fstat below tells a file that changed since.
+        size, got, parts = seen.st_size, 0, []
+        while part := os.read(fd, size + 1 - got):
             parts.append(part)
-            want -= len(part)
-        data = b"".join(parts)
+            got += len(part)
+            if got >= size:
+                break
+        data = parts[0] if len(parts) == 1 else b"".join(parts)
         after = os.fstat(fd)
     finally:
         os.close(fd)
@@ -61,6 +66,19 @@ class Digests:
         if found is None:
             found = self._is_file[path] = os.path.isfile(path)
         return found
+
+    def mark(self) -> int:
+        """A point in what is known, for :meth:`since`."""
+        return len(self._by_path)
+
+    def since(self, mark: int) -> list[tuple[str, str]]:
+        """(path, digest) worked out since ``mark``: what a forked worker tells its parent."""
+        return list(itertools.islice(self._by_path.items(), mark, None))
+
+    def learn(self, items: Iterable[tuple[str, str]]) -> None:
+        """Takes in what a worker sent from :meth:`since`."""
+        for path, digest in items:
+            self._by_path.setdefault(path, digest)
 
     def of(self, path: str) -> str:
         """The digest of ``path``'s content; OSError if it cannot be read."""

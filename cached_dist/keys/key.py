@@ -38,19 +38,18 @@ def raw_shard_digest(job: Job, digests: Digests) -> str:
     return "raw:" + (digests.of(job.shard) if job.shard is not None else "none")
 
 
-def roles(job_file: JobFile, job: Job) -> dict[str, str]:
-    """Each of the job's own file paths -> the role it plays (first role wins)."""
-    named: dict[str, str] = {}
-    pairs = [(job.module, "<module>")]
-    if job.shard is not None:
-        pairs.append((job.shard, "<shard>"))
-    pairs += [(p, f"<import{i}>") for i, p in enumerate(job.imports)]
-    pairs += [(p, f"<extra{i}>") for i, p in enumerate(job.extra_inputs)]
-    pairs += [(p, f"<common{i}>") for i, p in enumerate(job_file.common_inputs)]
-    pairs += [(p, f"<output{i}>") for i, p in enumerate(job.outputs)]
-    for path, role in pairs:
-        named.setdefault(path, role)
-    return named
+def role(job_file: JobFile, job: Job, path: str) -> str | None:
+    """The role ``path`` plays among the job's own files (the first, in LLD's order: module,
+    shard, imports, extra inputs, common inputs, outputs), or None if it is none of them."""
+    if path == job.module:
+        return "<module>"
+    if path == job.shard:
+        return "<shard>"
+    for name, paths in (("import", job.imports), ("extra", job.extra_inputs),
+                        ("common", job_file.common_inputs), ("output", job.outputs)):  # fmt: skip
+        if path in paths:
+            return f"<{name}{paths.index(path)}>"
+    return None
 
 
 def job_key(
@@ -66,15 +65,14 @@ def job_key(
     if reason is not None:
         raise NotCacheableError(reason)
     command = job_file.command(job)
-    named = roles(job_file, job)
     parts = [f"cached-dist key {KEY_FORMAT}", toolchain, job_file.linker_version or "-", "argv"]
     others: list[str] = []
     for arg in command[1:]:  # [0] is the compiler: the toolchain identity
         flag, eq, value = arg.partition("=")
-        if arg in named:
-            parts.append(named[arg])
-        elif eq and value in named:
-            parts.append(f"{flag}={named[value]}")
+        if (named := role(job_file, job, arg)) is not None:
+            parts.append(named)
+        elif eq and (named := role(job_file, job, value)) is not None:
+            parts.append(f"{flag}={named}")
         else:
             parts.append(arg)
             path = value if eq else arg

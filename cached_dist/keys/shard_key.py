@@ -22,10 +22,12 @@ import xxhash
 from ..jobfile import Job
 from .digests import Digests, read_regular
 
-# Below this many bytes to decode, forking workers costs more than it saves (the pure-Python
-# decoder does ~2 MB/s, the native one over 100 MB/s).
+# Below this much work, forking workers costs more than it saves. The pure-Python decoder does
+# ~2 MB/s; with the native one, reading a shard and the modules it names costs about as much
+# as decoding it, ~0.1 ms a job in all, against ~3 ms to fork and hear back from a worker.
 PARALLEL_MIN_BYTES = 64 * 1024
-PARALLEL_MIN_BYTES_NATIVE = 32 * 1024 * 1024
+PARALLEL_MIN_JOBS_NATIVE = 128
+ESTIMATED_SHARD = 4096  # a shard not read yet, for the threshold above
 #: With the native decoder, shards are decoded here unless there are at least this many bytes
 #: of them to decode: 1 MB takes it ~25 ms, about one round trip to a remote tier over a WAN,
 #: and asking a remote for shard digests is a round trip of its own (the results' lookup needs
@@ -35,13 +37,17 @@ SHARED_MIN_BYTES = 1 << 20
 
 TYPE_CHECKING = False  # typing and dataclasses cost ~15 ms of a ~100 ms cache hit
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
     from typing import Protocol
 
     class Memo(Protocol):
         def memo_get(self, namespace: str, key: str) -> str | None: ...
+        def memo_get_many(self, namespace: str, keys: Sequence[str]) -> dict[str, str]: ...
         def memo_put(self, namespace: str, key: str, value: str) -> None: ...
         def memo_put_many(self, namespace: str, items: Sequence[tuple[str, str]]) -> None: ...
+
+    Task = tuple[int, str, bytes | None, Job]  # job index, memo key, shard (None: unread), job
+    Decoded = tuple[str, bool] | None
 
     class SharedMemo(Protocol):
         """A memo other machines share (the remote tier): batched, best effort."""
@@ -50,32 +56,82 @@ if TYPE_CHECKING:
         def memo_share(self, namespace: str, items: Sequence[tuple[str, str]]) -> None: ...
 
 
-def spellings(path: str, memo: dict[str, tuple[str, ...]]) -> tuple[str, ...]:
-    """How a shard may spell a path: as given, normalized, absolute (memoized per link)."""
-    found = memo.get(path)
-    if found is None:
-        found = memo[path] = (path, os.path.normpath(path), os.path.abspath(path))
-    return found
+def spellings(path: str, cwd: str) -> tuple[str, ...]:
+    """How a shard may spell a path: as given, normalized, absolute (``os.path.abspath``
+    against ``cwd``, asked once per link, not once per path)."""
+    normal = os.path.normpath(path)
+    return (path, normal, normal if os.path.isabs(path) else os.path.normpath(
+        os.path.join(cwd, path)))  # fmt: skip
 
 
-def module_map(
-    job: Job, digests: Digests, memo: dict[str, tuple[str, ...]] | None = None
-) -> dict[str, str]:
-    """The job's module and imports, by every spelling a shard may use -> content digest."""
-    memo = {} if memo is None else memo
+class ModulePaths:
+    """Which content each spelling of a module path stands for, for every job of a link.
+
+    A job's shard may name only the job's own module and imports, by any spelling of their
+    paths (:func:`spellings`; the first of the job's paths to spell it wins). Jobs share most
+    paths, so each distinct path is spelled and hashed once per link and a job's lookup is a
+    dict probe plus a check that the path is its own; should two paths of different content
+    spell alike (``a/../b`` through a symbolic link), every job gets its own table instead.
+    """
+
+    def __init__(self, digests: Digests) -> None:
+        self.digests = digests
+        self.by_spelling: dict[str, tuple[set[str], str]] = {}  # -> (paths spelled so, digest)
+        self.known: set[str] = set()
+        self.ambiguous = False
+        self.cwd = os.getcwd()
+
+    def _add(self, path: str) -> None:
+        digest = self.digests.of(path)  # OSError: the job is not cacheable
+        for spelling in spellings(path, self.cwd):
+            found = self.by_spelling.get(spelling)
+            if found is None:
+                self.by_spelling[spelling] = ({path}, digest)
+            else:
+                found[0].add(path)
+                if found[1] != digest:
+                    self.ambiguous = True
+        self.known.add(path)
+
+    def lookup(self, job: Job) -> Callable[[str], str | None]:
+        """``module_digest`` for the decoder: a path the job's shard names -> its content."""
+        own = (job.module, *job.imports)
+        if not self.known.issuperset(own):
+            for path in own:
+                if path not in self.known:
+                    self._add(path)
+        if self.ambiguous:
+            return _table_lookup(job, self.digests, self.cwd)
+        paths = frozenset(own)
+        by_spelling = self.by_spelling
+
+        def module_digest(path: str) -> str | None:
+            found = by_spelling.get(path)
+            if found is None or paths.isdisjoint(found[0]):
+                found = by_spelling.get(os.path.normpath(path))
+                if found is None or paths.isdisjoint(found[0]):
+                    return None
+            return found[1]
+
+        return module_digest
+
+
+def _table_lookup(job: Job, digests: Digests, cwd: str) -> Callable[[str], str | None]:
+    """The job's own spelling -> content table, first path first (the general case)."""
     mapping: dict[str, str] = {}
     for path in (job.module, *job.imports):
         d = digests.of(path)
-        for spelling in spellings(path, memo):
+        for spelling in spellings(path, cwd):
             mapping.setdefault(spelling, d)
-    return mapping
-
-
-def _decode(data: bytes, mapping: dict[str, str]) -> tuple[str, bool]:
-    from ..bitcode.native import canonical_digest
 
     def module_digest(path: str) -> str | None:
         return mapping.get(path) or mapping.get(os.path.normpath(path))
+
+    return module_digest
+
+
+def _decode(data: bytes, module_digest: Callable[[str], str | None]) -> tuple[str, bool]:
+    from ..bitcode.native import canonical_digest
 
     digest, exact, _ = canonical_digest(data, module_digest)
     return ("canon:" if exact else "raw:") + digest, exact
@@ -94,9 +150,10 @@ class ShardKeys:
         self.inexact = 0  # shards that fell back to the raw form (can only miss)
 
     def prepare(self, jobs: Sequence[Job], digests: Digests) -> None:
-        """Looks up the memo for every job; decodes the rest, in parallel when worth it."""
-        todo: list[tuple[int, str, bytes, dict[str, str]]] = []
-        names: dict[str, tuple[str, ...]] = {}
+        """Looks up the memo for every job (one batch); decodes the rest, in parallel when
+        worth it."""
+        todo: list[Task] = []
+        asked: list[Task] = []
         # Each distinct path is judged once: every job names the modules it imports again.
         members = {p for p in {m for j in jobs for m in (j.module, *j.imports)}
                    if per_link_member(p)}  # fmt: skip
@@ -104,22 +161,25 @@ class ShardKeys:
             if job.shard is None:
                 self.digests[job.index] = "none"
                 continue
+            if members and not members.isdisjoint((job.module, *job.imports)):
+                # The memo key holds this link's member names: it could never hit again. Its
+                # shard is read where it is decoded (perhaps in a worker).
+                todo.append((job.index, "", None, job))
+                continue
             try:
                 data = read_regular(job.shard)
-                if members and not members.isdisjoint((job.module, *job.imports)):
-                    # The memo key holds this link's member names: it could never hit again.
-                    todo.append((job.index, "", data, module_map(job, digests, names)))
-                    continue
-                memo_key = _memo_key(data, job, digests)
-                found = self.memo.memo_get("shard", memo_key)
-                if found is not None:
-                    self.digests[job.index] = found
-                    self.memoized += 1
-                    continue
-                # Every spelling of every module path, for the decoder: only when decoding.
-                todo.append((job.index, memo_key, data, module_map(job, digests, names)))
+                asked.append((job.index, _memo_key(data, job, digests), data, job))
             except OSError:
                 continue  # the key computation will fail on it too: not cacheable
+        if asked:
+            known = self.memo.memo_get_many("shard", [t[1] for t in asked])
+            for task in asked:
+                found = known.get(task[1])
+                if found is None:
+                    todo.append(task)
+                else:
+                    self.digests[task[0]] = found
+                    self.memoized += 1
         shareable = [t for t in todo if t[1]]  # per-link shards have no key another link knows
         shared = self.shared if self.shared and shareable and _worth_asking(shareable) else None
         if shared is not None:
@@ -131,9 +191,12 @@ class ShardKeys:
                     self.memoized += 1
             self.memo.memo_put_many("shard", list(known.items()))
             todo = [t for t in todo if t[1] not in known]
-        decoded = self._decode_all(todo)
+        decoded = self._decode_all(todo, digests)
         learned: list[tuple[str, str]] = []
-        for (index, memo_key, _, _), (digest, exact) in zip(todo, decoded, strict=True):
+        for (index, memo_key, _, _), result in zip(todo, decoded, strict=True):
+            if result is None:
+                continue  # unreadable: the key computation fails on it too
+            digest, exact = result
             self.digests[index] = digest
             self.decoded += 1
             if not exact:
@@ -151,26 +214,30 @@ class ShardKeys:
             raise OSError(f"summary shard {job.shard} could not be read")
         return found
 
-    def _decode_all(
-        self, todo: list[tuple[int, str, bytes, dict[str, str]]]
-    ) -> list[tuple[str, bool]]:
+    def _decode_all(self, todo: list[Task], digests: Digests) -> list[Decoded]:
+        """Each task's (digest, exact), None for one that cannot be read; split across
+        forked workers when there is enough work."""
         if not todo:
             return []
         from ..bitcode.native import NATIVE
 
-        total = sum(len(t[2]) for t in todo)
+        paths = ModulePaths(digests)
         workers = min(self.parallel, len(todo))
-        if workers <= 1 or total < (PARALLEL_MIN_BYTES_NATIVE if NATIVE else PARALLEL_MIN_BYTES):
-            return [_decode(data, mapping) for _, _, data, mapping in todo]
-        return _decode_forked([(t[2], t[3]) for t in todo], workers)
+        if NATIVE:
+            worth = len(todo) >= PARALLEL_MIN_JOBS_NATIVE
+        else:
+            worth = sum(len(t[2] or b"") + ESTIMATED_SHARD for t in todo) >= PARALLEL_MIN_BYTES
+        if workers <= 1 or not worth:
+            return [_decode_task(t, paths) for t in todo]
+        return _decode_forked(todo, paths, workers)
 
 
-def _worth_asking(todo: list[tuple[int, str, bytes, dict[str, str]]]) -> bool:
+def _worth_asking(todo: list[Task]) -> bool:
     """Whether to ask a shared memo for these shards (and tell it what was decoded): only
     when decoding them here would cost more than the round trip (see SHARED_MIN_BYTES)."""
     from ..bitcode.native import NATIVE
 
-    return not NATIVE or sum(len(t[2]) for t in todo) >= SHARED_MIN_BYTES
+    return not NATIVE or sum(len(t[2] or b"") for t in todo) >= SHARED_MIN_BYTES
 
 
 def per_link_member(path: str) -> bool:
@@ -190,29 +257,39 @@ def _memo_key(data: bytes, job: Job, digests: Digests) -> str:
     return h.hexdigest()
 
 
-def _decode_forked(
-    tasks: list[tuple[bytes, dict[str, str]]], workers: int
-) -> list[tuple[str, bool]]:
-    """Splits ``tasks`` over ``workers`` processes (this one included), balanced by size.
+def _decode_task(task: Task, paths: ModulePaths) -> Decoded:
+    """Reads (if not yet read) and decodes one shard; None if it or a module is unreadable."""
+    _, _, data, job = task
+    try:
+        if data is None:
+            data = read_regular(job.shard or "")
+        lookup = paths.lookup(job)
+    except OSError:
+        return None
+    return _decode(data, lookup)
 
-    Plain fork and a pipe per worker: no pool, no imports. A worker that fails leaves its
-    share to be decoded here, so the result never depends on the workers' fate.
+
+def _decode_forked(todo: list[Task], paths: ModulePaths, workers: int) -> list[Decoded]:
+    """Splits ``todo`` over ``workers`` processes (this one included), every worker taking
+    every ``workers``-th task: reading the shard and the modules it names, and decoding.
+
+    Plain fork and a pipe per worker: no pool, no imports. A worker sends back its results and
+    the module digests it worked out (the key needs them here). One that fails leaves its
+    share to be done here, so the result never depends on the workers' fate.
     """
-    shares: list[list[int]] = [[] for _ in range(workers)]
-    loads = [0] * workers
-    for i in sorted(range(len(tasks)), key=lambda i: -len(tasks[i][0])):
-        w = loads.index(min(loads))
-        shares[w].append(i)
-        loads[w] += len(tasks[i][0])
-    results: list[tuple[str, bool] | None] = [None] * len(tasks)
+    digests = paths.digests
+    shares = [list(range(w, len(todo), workers)) for w in range(workers)]
+    results: list[Decoded] = [None] * len(todo)
     children: list[tuple[int, int, list[int]]] = []
     for share in shares[1:]:
         read_fd, write_fd = os.pipe()
+        mark = digests.mark()
         pid = os.fork()
         if pid == 0:  # pragma: no cover - runs in the child
             try:
                 os.close(read_fd)
-                out = json.dumps([_decode(*tasks[i]) for i in share]).encode()
+                done = [_decode_task(todo[i], paths) for i in share]
+                out = json.dumps([done, digests.since(mark)]).encode()
                 with os.fdopen(write_fd, "wb") as pipe:
                     pipe.write(out)
             finally:
@@ -220,17 +297,20 @@ def _decode_forked(
         os.close(write_fd)
         children.append((pid, read_fd, share))
     for i in shares[0]:
-        results[i] = _decode(*tasks[i])
+        results[i] = _decode_task(todo[i], paths)
     for pid, read_fd, share in children:
         with os.fdopen(read_fd, "rb") as r:
             raw = r.read()
         os.waitpid(pid, 0)
         try:
-            decoded = [(str(d), bool(e)) for d, e in json.loads(raw)]
-        except ValueError:
+            sent, learned = json.loads(raw)
+            decoded: list[Decoded] = [None if r is None else (str(r[0]), bool(r[1]))
+                                      for r in sent]  # fmt: skip
+            digests.learn((str(p), str(d)) for p, d in learned)
+        except (ValueError, TypeError, IndexError):
             decoded = []
         if len(decoded) != len(share):
-            decoded = [_decode(*tasks[i]) for i in share]
+            decoded = [_decode_task(todo[i], paths) for i in share]
         for i, value in zip(share, decoded, strict=True):
             results[i] = value
-    return [r for r in results if r is not None]
+    return results

@@ -1,0 +1,163 @@
+"""The shard ingredient of the key for a whole link: the per-link spelling table, the batched
+memo, and the forked workers (which must give exactly what one process gives)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from cached_dist.jobfile import Job
+from cached_dist.keys import shard_key
+from cached_dist.keys.digests import Digests
+from cached_dist.keys.shard_key import ModulePaths, ShardKeys, _table_lookup
+from tests.test_shard import G_FOO, G_GV, G_MAIN, make_shard
+
+
+class DictMemo:
+    def __init__(self) -> None:
+        self.data: dict[tuple[str, str], str] = {}
+        self.batches = 0
+
+    def memo_get(self, namespace: str, key: str) -> str | None:
+        return self.data.get((namespace, key))
+
+    def memo_get_many(self, namespace: str, keys: Sequence[str]) -> dict[str, str]:
+        self.batches += 1
+        return {k: v for k in keys if (v := self.data.get((namespace, k))) is not None}
+
+    def memo_put(self, namespace: str, key: str, value: str) -> None:
+        self.data[(namespace, key)] = value
+
+    def memo_put_many(self, namespace: str, items: Sequence[tuple[str, str]]) -> None:
+        for key, value in items:
+            self.data[(namespace, key)] = value
+
+
+def member(i: int) -> str:
+    """LLD 22's per-link name of a regular archive member."""
+    return f"libm.a(m{i}.o at {100 + i}).{i + 2}.1F2E.o"
+
+
+def write_link(root: Path, count: int, members: bool = True) -> list[Job]:
+    """``count`` jobs, each with its module and a shard naming it and module 0 (imported)."""
+    root.mkdir(parents=True, exist_ok=True)
+    name = member if members else (lambda i: f"m{i}.o")
+    jobs = []
+    for i in range(count):
+        module = name(i)
+        (root / module).write_bytes(b"module %d" % i)
+        ids = {1: G_MAIN, 2: G_FOO, 3: G_GV}
+        records = [(5, [1, 0, 96, 6, 64, 0, 1, 1, 0, 3, 2, 8]), (6, [3, 1, 96, 1])]
+        shard = root / f"{module}.thinlto.bc"
+        paths = [(0, module)] if i == 0 else [(0, module), (1, name(0))]
+        shard.write_bytes(make_shard(paths, ids, records[: 1 + i % 2]))
+        imports = () if i == 0 else (name(0),)
+        jobs.append(Job(i, (), module, str(shard.name), imports, (), (f"{module}.native.o",)))
+    return jobs
+
+
+def prepared(jobs: list[Job], parallel: int, memo: DictMemo | None = None) -> ShardKeys:
+    keys = ShardKeys(memo or DictMemo(), parallel)
+    keys.prepare(jobs, Digests())
+    return keys
+
+
+@pytest.fixture
+def in_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.mark.parametrize("members", [True, False])
+def test_forked_workers_give_what_one_process_gives(in_dir: Path, members: bool) -> None:
+    count = shard_key.PARALLEL_MIN_JOBS_NATIVE + 22
+    jobs = write_link(in_dir, count, members)
+    alone = prepared(jobs, parallel=1)
+    forked = ShardKeys(DictMemo(), 3)
+    digests = Digests()
+    forked.prepare(jobs, digests)
+    assert forked.digests == alone.digests and len(alone.digests) == count
+    assert forked.decoded == count and forked.inexact == 0
+    assert all(d.startswith("canon:") for d in alone.digests.values())
+    # The parent heard every module digest its workers worked out: none is read again here.
+    learned = dict(digests.since(0))
+    assert {j.module for j in jobs} <= set(learned)
+    assert all(learned[j.module] == Digests().of(j.module) for j in jobs[:9])
+
+
+def test_a_failing_worker_leaves_its_share_to_the_parent(
+    in_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    jobs = write_link(in_dir, shard_key.PARALLEL_MIN_JOBS_NATIVE + 1)
+    alone = prepared(jobs, parallel=1)
+
+    def broken(self: Digests, mark: int) -> list[tuple[str, str]]:  # only workers call it
+        raise RuntimeError("worker fails")
+
+    monkeypatch.setattr(Digests, "since", broken)
+    forked = prepared(jobs, parallel=2)
+    assert forked.digests == alone.digests and forked.decoded == len(jobs)
+
+
+def test_unreadable_shards_and_modules_leave_their_jobs_out(in_dir: Path) -> None:
+    jobs = write_link(in_dir, shard_key.PARALLEL_MIN_JOBS_NATIVE + 10)
+    os.unlink(in_dir / jobs[5].shard)  # type: ignore[operator]
+    os.unlink(in_dir / jobs[8].module)
+    for parallel in (1, 2):
+        keys = prepared(jobs, parallel)
+        assert 5 not in keys.digests and 8 not in keys.digests
+        assert len(keys.digests) == len(jobs) - 2
+        with pytest.raises(OSError, match="could not be read"):
+            keys(jobs[5], Digests())
+
+
+def test_memo_is_asked_once_per_link(in_dir: Path) -> None:
+    jobs = write_link(in_dir, 40, members=False)  # thin-archive style: memoizable shards
+    memo = DictMemo()
+    first = prepared(jobs, 1, memo)
+    assert (first.decoded, first.memoized, memo.batches) == (40, 0, 1)
+    second = prepared(jobs, 1, memo)
+    assert (second.decoded, second.memoized, memo.batches) == (0, 40, 2)
+    assert second.digests == first.digests
+
+
+def test_spelling_table_answers_as_each_jobs_own_table(in_dir: Path) -> None:
+    (in_dir / "sub").mkdir()
+    for name in ("a.o", "b.o", "sub/c.o"):
+        (in_dir / name).write_bytes(name.encode())
+    jobs = [
+        Job(0, (), "a.o", None, ("sub/c.o",), (), ("x",)),
+        Job(1, (), "./b.o", None, ("sub/../a.o",), (), ("y",)),
+        Job(2, (), str(in_dir / "sub/c.o"), None, ("b.o",), (), ("z",)),
+    ]
+    paths = ModulePaths(Digests())
+    asked = ["a.o", "./a.o", "b.o", "./b.o", "sub/c.o", "sub//c.o", str(in_dir / "a.o"),
+             str(in_dir / "b.o"), str(in_dir / "sub/c.o"), "sub/../a.o", "c.o", "nope.o"]  # fmt: skip
+    for job in jobs:
+        fast, table = paths.lookup(job), _table_lookup(job, Digests(), os.getcwd())
+        assert [fast(p) for p in asked] == [table(p) for p in asked], job
+    assert not paths.ambiguous
+    assert paths.lookup(jobs[0])("b.o") is None  # another job's module, not this one's
+
+
+def test_paths_that_spell_alike_but_differ_fall_back_to_each_jobs_table(in_dir: Path) -> None:
+    """``link/../a.o`` normalizes to ``a.o`` but, through a symbolic link, is another file."""
+    (in_dir / "a.o").write_bytes(b"top")
+    (in_dir / "deep/real").mkdir(parents=True)
+    (in_dir / "deep/a.o").write_bytes(b"deep")
+    os.symlink("deep/real", in_dir / "link")
+    jobs = [
+        Job(0, (), "a.o", None, (), (), ("x",)),
+        Job(1, (), "link/../a.o", None, (), (), ("y",)),
+    ]
+    paths = ModulePaths(Digests())
+    first = paths.lookup(jobs[0])
+    assert not paths.ambiguous
+    second = paths.lookup(jobs[1])
+    assert paths.ambiguous
+    deep = Digests().of("link/../a.o")
+    assert second("link/../a.o") == deep == second("a.o")  # the job's own table: its file
+    assert paths.lookup(jobs[0])("a.o") == first("a.o") == Digests().of("a.o") != deep
