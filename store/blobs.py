@@ -221,8 +221,11 @@ class Blobs:
             self._drop_corrupt(path, st)
             return Outcome.CORRUPT
         try:
-            unlink_quietly(dest)
-            os.link(path, dest)
+            try:
+                os.link(path, dest)
+            except FileExistsError:  # rare: LLD names a fresh path for every output
+                unlink_quietly(dest)
+                os.link(path, dest)
         except OSError:
             os.lseek(src, 0, os.SEEK_SET)
             return None
