@@ -11,6 +11,11 @@ Per program, six links of the same inputs are timed, interleaved round by round:
 * Python floor: ``floor_py.py``, the interpreter, ``import json`` and the same links;
 * cached-dist with its C extension hidden (the pure-Python shard decoder).
 
+Every distributor runs under ``timeshim.c``, which logs its wall time: the per-job excess over
+the Python floor is computed from those (the distributor's own share of each link), since
+LLD's own time varies from link to link by more than a 3,000-job full hit costs. The shim
+adds one small exec to every distributor's link alike.
+
 Also measured: what creating an empty file costs in each program's link directory (on ext4
 it varies with how full that part of the disk is, and every copied output pays it).
 
@@ -51,6 +56,10 @@ CONFIGS = ("LLD cache", "cached-dist", HARD_LINK, "C floor", "Python floor", PY_
 # CPU time (user + system) of each timed link and everything it ran: far less sensitive than
 # wall time to other work on the machine.
 CPU_TIMES: dict[str, list[float]] = {}
+# Each distributor runs under timeshim.c, which logs its wall time: the distributor's own share
+# of each link, apart from LLD's (whose time varies by more than a large full hit costs).
+DIST_LOGS: dict[str, Path] = {}
+DIST_TIMES: dict[str, list[float]] = {}
 
 
 def say(message: str) -> None:
@@ -86,7 +95,9 @@ def link_command(program: str, out: str, extra: list[str]) -> list[str]:
             "libmods.a", "-o", out, *extra]  # fmt: skip
 
 
-def prepare(program: str, work: Path, floor_c: Path, fresh: bool) -> dict[str, Callable[[], float]]:
+def prepare(
+    program: str, work: Path, floor_c: Path, shim: Path, fresh: bool
+) -> dict[str, Callable[[], float]]:
     """Builds the program, warms every cache, saves the floors' objects; returns the six
     timed links. Without ``fresh``, a build, caches and objects left by a previous run are
     reused (the first timed links re-warm whatever is missing)."""
@@ -115,24 +126,29 @@ def prepare(program: str, work: Path, floor_c: Path, fresh: bool) -> dict[str, C
                          "sys.modules['cached_dist.bitcode._shard'] = None\n"
                          "from cached_dist.cli import run\nrun()\n")  # fmt: skip
     no_native.chmod(0o755)
-    c_floor = [f"-fthinlto-distributor={floor_c}", f"-Xthinlto-distributor={pre}"]
-    py_floor = [f"-fthinlto-distributor={sys.executable}",
-                f"-Xthinlto-distributor={HERE / 'floor_py.py'},{pre}"]  # fmt: skip
-    lld = [*c_floor, f"-Wl,--thinlto-cache-dir={lld_cache}"]  # warmed by the C floor's objects
+
+    def shimmed(name: str, command: str) -> list[str]:
+        """The distributor ``command`` (comma-separated words) under the time shim."""
+        log = work / ("distributor-" + "".join(c if c.isalnum() else "_" for c in name) + ".log")
+        log.unlink(missing_ok=True)
+        DIST_LOGS[f"{program}: {name}"] = log
+        return [f"-fthinlto-distributor={shim}", f"-Xthinlto-distributor={log},{command}"]
+
+    lld = [f"-fthinlto-distributor={floor_c}", f"-Xthinlto-distributor={pre}",
+           f"-Wl,--thinlto-cache-dir={lld_cache}"]  # fmt: skip  # warmed by the C floor
+    ours = f"{cached_dist()},{ours_args}"
     commands = {
         "LLD cache": link_command(program, "app-lld", lld),
-        "cached-dist": link_command(
-            program, "app-ours", [dist, f"-Xthinlto-distributor={ours_args}"]
-        ),
-        HARD_LINK: link_command(
-            program, "app-ourshl", [dist, f"-Xthinlto-distributor={ours_args},--hard-link"]
-        ),
-        "C floor": link_command(program, "app-cfloor", c_floor),
-        "Python floor": link_command(program, "app-pyfloor", py_floor),
-        PY_DECODER: link_command(
+        "cached-dist": link_command(program, "app-ours", shimmed("cached-dist", ours)),
+        HARD_LINK: link_command(program, "app-ourshl", shimmed(HARD_LINK, f"{ours},--hard-link")),
+        "C floor": link_command(program, "app-cfloor", shimmed("C floor", f"{floor_c},{pre}")),
+        "Python floor": link_command(
             program,
-            "app-ourspy",
-            [f"-fthinlto-distributor={no_native}", f"-Xthinlto-distributor={ours_args}"],
+            "app-pyfloor",
+            shimmed("Python floor", f"{sys.executable},{HERE / 'floor_py.py'},{pre}"),
+        ),
+        PY_DECODER: link_command(
+            program, "app-ourspy", shimmed(PY_DECODER, f"{no_native},{ours_args}")
         ),
     }
     for command in commands.values():
@@ -149,6 +165,10 @@ def prepare(program: str, work: Path, floor_c: Path, fresh: bool) -> dict[str, C
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
             cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
             CPU_TIMES.setdefault(f"{program}: {name}", []).append(cpu)
+            log = DIST_LOGS.get(f"{program}: {name}")
+            if log is not None:  # the distributor's own time in this link
+                last = log.read_text().split()[-1]
+                DIST_TIMES.setdefault(f"{program}: {name}", []).append(float(last))
             return wall
 
         return run
@@ -235,12 +255,13 @@ def main(argv: list[str] | None = None) -> int:
     byte_compile()
     root = WORK / "floor_bench"
     root.mkdir(parents=True, exist_ok=True)
-    floor_c = root / "floor_c"
-    subprocess.run(["cc", "-O2", "-o", str(floor_c), str(HERE / "floor_c.c")], check=True)
+    floor_c, shim = root / "floor_c", root / "timeshim"
+    for exe in (floor_c, shim):
+        subprocess.run(["cc", "-O2", "-o", str(exe), str(HERE / f"{exe.name}.c")], check=True)
     configs: dict[str, Callable[[], float]] = {}
     jobs: dict[str, int] = {}
     for program in programs:
-        for name, thunk in prepare(program, root / program, floor_c, args.fresh).items():
+        for name, thunk in prepare(program, root / program, floor_c, shim, args.fresh).items():
             configs[f"{program}: {name}"] = thunk
         job_files = list((root / program / "shards").glob("*.job.json"))
         jobs[program] = len(json.loads(job_files[0].read_text())["jobs"])
@@ -282,6 +303,26 @@ def main(argv: list[str] | None = None) -> int:
                            for n in CONFIGS[1:])  # fmt: skip
         print(f"| {program} | {jobs[program]} | {1000 * lld:.0f} ms | {cells} | "
               f"{1000 * excess[0]:.3f}, {1000 * excess[1]:.3f} ms/job |")  # fmt: skip
+    print(
+        "\nThe distributor's own wall time inside the links (timeshim.c), medians; the excess "
+        "over the Python floor's, per job:\n"
+    )
+    dist_header = ("| program | jobs | cached-dist | --hard-link | C floor | Python floor | "
+                   "excess per job (copies, --hard-link) |\n"
+                   "| --- | --- | --- | --- | --- | --- | --- |")  # fmt: skip
+    print(dist_header)
+    for program in programs:
+        own = {n: statistics.median(DIST_TIMES[f"{program}: {n}"])
+               for n in ("cached-dist", HARD_LINK, "C floor", "Python floor")}  # fmt: skip
+        per_job = [(own[n] - own["Python floor"]) / jobs[program] for n in CONFIGS[1:3]]
+        table[program]["distributor"] = {
+            **{f"{n} s": v for n, v in own.items()},
+            "excess_ms_per_job": 1000 * per_job[0],
+            "excess_ms_per_job_hard_link": 1000 * per_job[1],
+        }
+        cells = " | ".join(f"{1000 * own[n]:.1f} ms" for n in own)
+        print(f"| {program} | {jobs[program]} | {cells} | "
+              f"{1000 * per_job[0]:.3f}, {1000 * per_job[1]:.3f} ms/job |")  # fmt: skip
     print("\nCreating an empty file where each program links (ms, median of 200): "
           + ", ".join(f"{p} {creates[p]:.3f}" for p in programs))  # fmt: skip
     speed = shard_speed([root / p / "shards" for p in programs])
@@ -290,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
               "machine": machine(), "load": os.getloadavg(), "rounds": args.rounds,
               "table": table, "shard_canonicalization": speed,
               "times_s": {n: m.times for n, m in results.items()},
-              "cpu_s": CPU_TIMES}  # fmt: skip
+              "cpu_s": CPU_TIMES, "distributor_s": DIST_TIMES}  # fmt: skip
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "floor_bench.json").write_text(json.dumps(report, indent=1) + "\n")
     return 0
