@@ -71,14 +71,32 @@ def in_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
+def counting_forks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    forks: list[int] = []
+    real = os.fork
+
+    def fork() -> int:
+        pid = real()
+        if pid:
+            forks.append(pid)
+        return pid
+
+    monkeypatch.setattr(os, "fork", fork)
+    return forks
+
+
 @pytest.mark.parametrize("members", [True, False])
-def test_forked_workers_give_what_one_process_gives(in_dir: Path, members: bool) -> None:
-    count = shard_key.PARALLEL_MIN_JOBS_NATIVE + 22
+def test_forked_workers_give_what_one_process_gives(
+    in_dir: Path, members: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    count = 2 * shard_key.PARALLEL_MIN_JOBS_NATIVE + 22
     jobs = write_link(in_dir, count, members)
     alone = prepared(jobs, parallel=1)
+    forks = counting_forks(monkeypatch)
     forked = ShardKeys(DictMemo(), 3)
     digests = Digests()
     forked.prepare(jobs, digests)
+    assert len(forks) == 1  # two processes: 150 jobs are worth two workers, not three
     assert forked.digests == alone.digests and len(alone.digests) == count
     assert forked.decoded == count and forked.inexact == 0
     assert all(d.startswith("canon:") for d in alone.digests.values())
@@ -91,7 +109,7 @@ def test_forked_workers_give_what_one_process_gives(in_dir: Path, members: bool)
 def test_a_failing_worker_leaves_its_share_to_the_parent(
     in_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    jobs = write_link(in_dir, shard_key.PARALLEL_MIN_JOBS_NATIVE + 1)
+    jobs = write_link(in_dir, 2 * shard_key.PARALLEL_MIN_JOBS_NATIVE + 1)
     alone = prepared(jobs, parallel=1)
 
     def broken(self: Digests, mark: int) -> list[tuple[str, str]]:  # only workers call it
@@ -103,7 +121,7 @@ def test_a_failing_worker_leaves_its_share_to_the_parent(
 
 
 def test_unreadable_shards_and_modules_leave_their_jobs_out(in_dir: Path) -> None:
-    jobs = write_link(in_dir, shard_key.PARALLEL_MIN_JOBS_NATIVE + 10)
+    jobs = write_link(in_dir, 2 * shard_key.PARALLEL_MIN_JOBS_NATIVE + 10)
     os.unlink(in_dir / jobs[5].shard)  # type: ignore[operator]
     os.unlink(in_dir / jobs[8].module)
     for parallel in (1, 2):

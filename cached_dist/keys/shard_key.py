@@ -14,7 +14,6 @@ form (:mod:`cached_dist.bitcode.shard`, computed by the C extension when it is b
 
 from __future__ import annotations
 
-import json
 import os
 
 import xxhash
@@ -22,11 +21,11 @@ import xxhash
 from ..jobfile import Job
 from .digests import Digests, read_regular
 
-# Below this much work, forking workers costs more than it saves. The pure-Python decoder does
-# ~2 MB/s; with the native one, reading a shard and the modules it names costs about as much
-# as decoding it, ~0.1 ms a job in all, against ~3 ms to fork and hear back from a worker.
+# The least work worth a forked worker (store.forked.workers_for): a fork and its results cost
+# ~3 ms. The pure-Python decoder does ~2 MB/s; with the native one, reading a shard and the
+# modules it names costs about as much as decoding it, ~0.1 ms a job in all.
 PARALLEL_MIN_BYTES = 64 * 1024
-PARALLEL_MIN_JOBS_NATIVE = 128
+PARALLEL_MIN_JOBS_NATIVE = 64  # per worker: 128 jobs make two
 ESTIMATED_SHARD = 4096  # a shard not read yet, for the threshold above
 #: With the native decoder, shards are decoded here unless there are at least this many bytes
 #: of them to decode: 1 MB takes it ~25 ms, about one round trip to a remote tier over a WAN,
@@ -38,7 +37,7 @@ SHARED_MIN_BYTES = 1 << 20
 TYPE_CHECKING = False  # typing and dataclasses cost ~15 ms of a ~100 ms cache hit
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
-    from typing import Protocol
+    from typing import Any, Protocol
 
     class Memo(Protocol):
         def memo_get(self, namespace: str, key: str) -> str | None: ...
@@ -219,15 +218,17 @@ class ShardKeys:
         forked workers when there is enough work."""
         if not todo:
             return []
+        from store.forked import workers_for
+
         from ..bitcode.native import NATIVE
 
         paths = ModulePaths(digests)
-        workers = min(self.parallel, len(todo))
         if NATIVE:
-            worth = len(todo) >= PARALLEL_MIN_JOBS_NATIVE
+            workers = workers_for(len(todo), PARALLEL_MIN_JOBS_NATIVE, self.parallel)
         else:
-            worth = sum(len(t[2] or b"") + ESTIMATED_SHARD for t in todo) >= PARALLEL_MIN_BYTES
-        if workers <= 1 or not worth:
+            work = sum(len(t[2] or b"") or ESTIMATED_SHARD for t in todo)
+            workers = workers_for(work, PARALLEL_MIN_BYTES, min(self.parallel, len(todo)))
+        if workers <= 1:
             return [_decode_task(t, paths) for t in todo]
         return _decode_forked(todo, paths, workers)
 
@@ -270,47 +271,21 @@ def _decode_task(task: Task, paths: ModulePaths) -> Decoded:
 
 
 def _decode_forked(todo: list[Task], paths: ModulePaths, workers: int) -> list[Decoded]:
-    """Splits ``todo`` over ``workers`` processes (this one included), every worker taking
-    every ``workers``-th task: reading the shard and the modules it names, and decoding.
+    """``todo`` over forked workers (:func:`store.forked.split`), each reading its shards and
+    the modules they name, and decoding; a worker sends back the module digests it worked
+    out too, which the key needs here."""
+    from store.forked import split
 
-    Plain fork and a pipe per worker: no pool, no imports. A worker sends back its results and
-    the module digests it worked out (the key needs them here). One that fails leaves its
-    share to be done here, so the result never depends on the workers' fate.
-    """
     digests = paths.digests
-    shares = [list(range(w, len(todo), workers)) for w in range(workers)]
-    results: list[Decoded] = [None] * len(todo)
-    children: list[tuple[int, int, list[int]]] = []
-    for share in shares[1:]:
-        read_fd, write_fd = os.pipe()
-        mark = digests.mark()
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - runs in the child
-            try:
-                os.close(read_fd)
-                done = [_decode_task(todo[i], paths) for i in share]
-                out = json.dumps([done, digests.since(mark)]).encode()
-                with os.fdopen(write_fd, "wb") as pipe:
-                    pipe.write(out)
-            finally:
-                os._exit(0)
-        os.close(write_fd)
-        children.append((pid, read_fd, share))
-    for i in shares[0]:
-        results[i] = _decode_task(todo[i], paths)
-    for pid, read_fd, share in children:
-        with os.fdopen(read_fd, "rb") as r:
-            raw = r.read()
-        os.waitpid(pid, 0)
-        try:
-            sent, learned = json.loads(raw)
-            decoded: list[Decoded] = [None if r is None else (str(r[0]), bool(r[1]))
-                                      for r in sent]  # fmt: skip
-            digests.learn((str(p), str(d)) for p, d in learned)
-        except (ValueError, TypeError, IndexError):
-            decoded = []
-        if len(decoded) != len(share):
-            decoded = [_decode_task(todo[i], paths) for i in share]
-        for i, value in zip(share, decoded, strict=True):
-            results[i] = value
-    return results
+    mark = digests.mark()
+
+    def work(share: Sequence[int]) -> list[Decoded]:
+        return [_decode_task(todo[i], paths) for i in share]
+
+    def revive(value: Any) -> Decoded:
+        return None if value is None else (str(value[0]), bool(value[1]))
+
+    def take(learned: Any) -> None:
+        digests.learn((str(p), str(d)) for p, d in learned)
+
+    return split(work, len(todo), workers, revive, lambda: digests.since(mark), take)

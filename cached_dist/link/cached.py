@@ -86,17 +86,37 @@ class CachedLink:
         self.bytes_served = 0
         self.counters: dict[str, int] = {}  # extra statistics: shards, verification
 
-    def serve(self, k: Keyed, how: str = "local cache", found: Manifest | None = None) -> bool:
-        """Copies a stored result (``found``: already looked up) to the job's outputs; False
-        is a miss."""
+    def serve(self, k: Keyed, how: str = "local cache") -> bool:
+        """Copies a stored result to the job's outputs; False is a miss."""
         if k.key is None:
             return False
         started = time.monotonic()
-        manifest = found or self.store.get(k.key)
+        manifest = self.store.get(k.key)
         if manifest is None or len(manifest.outputs) != len(k.job.outputs):
             return False
         if not self.store.materialize(manifest, output_roles(k.job)):
             return False
+        self.account(k, manifest, how, time.monotonic() - started)
+        return True
+
+    def serve_all(self, keyed: list[Keyed]) -> list[Keyed]:
+        """The link's first pass: every key looked up at once, every hit placed (by forked
+        workers too, when there are many); returns the misses."""
+        found = self.store.lookup([k.key for k in keyed if k.key is not None])
+        ready = [k for k in keyed if (m := found.get(k.key or "")) is not None
+                 and len(m.outputs) == len(k.job.outputs)]  # fmt: skip
+        placed = self.store.materialize_many(
+            [(found[k.key or ""], output_roles(k.job)) for k in ready], self.options.jobs
+        )
+        served: set[int] = set()
+        for k, took in zip(ready, placed, strict=True):
+            if took is not None:
+                self.account(k, found[k.key or ""], "local cache", took)
+                served.add(k.job.index)
+        return [k for k in keyed if k.job.index not in served]
+
+    def account(self, k: Keyed, manifest: Manifest, how: str, took: float) -> None:
+        """Counts a hit placed from the local store, and says so with --verbose."""
         self.summary.hits += 1
         printed = manifest.meta.get("diagnostics")
         if printed and isinstance(printed, str):  # what the compile printed, as it printed it
@@ -107,10 +127,8 @@ class CachedLink:
         if wall is not None:
             self.wall_saved += wall
         if self.log.verbose:
-            took = 1000 * (time.monotonic() - started)
-            self.log.detail(f"hit  {k.key} {k.job.module}: {how}, {took:.1f} ms")
+            self.log.detail(f"hit  {k.key} {k.job.module}: {how}, {1000 * took:.1f} ms")
         self.progress.update()
-        return True
 
     def served_remotely(self, k: Keyed, size: int, meta: dict[str, Any]) -> None:
         """Accounts a hit a remote tier wrote out, as serve() does a local one."""
@@ -186,8 +204,7 @@ class CachedLink:
         raise_failures(outcome.failures)
 
     def run(self, keyed: list[Keyed]) -> None:
-        found = self.store.lookup([k.key for k in keyed if k.key is not None])
-        misses = [k for k in keyed if k.key not in found or not self.serve(k, found=found[k.key])]
+        misses = self.serve_all(keyed)
         if misses and self.writes.settle():  # an earlier link may still be storing them
             misses = [k for k in misses if not self.serve(k)]
         if self.options.verify_hits > 0 and len(misses) < len(keyed):

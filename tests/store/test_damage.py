@@ -276,3 +276,51 @@ def test_hard_link_serving_copies_where_it_cannot_link(tmp_path: Path) -> None:
         assert blob_path(s, "aa02").stat().st_nlink == 1
     finally:
         dest.unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_materialize_many_places_verifies_and_reports_here(tmp_path: Path, workers: int) -> None:
+    """Many hits at once (placed by two processes with workers=2): every byte checked, a
+    damaged or missing blob a miss whose entry goes, an unwritable place a miss reported once
+    by this process, whichever process placed it."""
+    from store.store import FORK_MIN_OUTPUTS
+
+    w = Warnings()
+    s = Store(tmp_path / "c", warn=w)
+    count = 2 * FORK_MIN_OUTPUTS + 3
+    keys = [f"{i:04x}" for i in range(count)]
+    for i, key in enumerate(keys):
+        assert put(s, tmp_path, key, content(key, 100 + i))
+    manifests = [s.get(k) for k in keys]
+    assert all(m is not None for m in manifests)
+    flip(blob_path(s, keys[5]), 10)
+    os.unlink(blob_path(s, keys[6]))
+    out = tmp_path / "out"
+    out.mkdir()
+    dests = [{"obj": str(out / f"{k}.o")} for k in keys]
+    dests[7] = {"obj": str(tmp_path / "no-such-dir" / "x.o")}
+    dests[8] = {"other-role": str(out / "y.o")}
+    forks: list[int] = []
+    real_fork = os.fork
+
+    def fork() -> int:
+        pid = real_fork()
+        if pid:
+            forks.append(pid)
+        return pid
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(os, "fork", fork)
+        items = [(m, d) for m, d in zip(manifests, dests, strict=True) if m is not None]
+        took = s.materialize_many(items, workers)
+    assert len(forks) == workers - 1
+    missed = {i for i, t in enumerate(took) if t is None}
+    assert missed == {5, 6, 7, 8}
+    assert all(t is not None and t >= 0 for i, t in enumerate(took) if i not in missed)
+    for i, key in enumerate(keys):
+        if i not in missed:
+            assert (out / f"{key}.o").read_bytes() == content(key, 100 + i)
+    assert s.get(keys[5]) is None and s.get(keys[6]) is None  # dropped here
+    assert s.get(keys[7]) is not None and s.get(keys[8]) is not None  # not the entry's fault
+    assert s.stats()["corruptions"] == 1
+    assert "damaged" in w.text() and w.text().count("cannot copy a cached output") == 1
