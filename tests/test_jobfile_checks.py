@@ -7,6 +7,7 @@ every output (python3), so a check that let the case through would visibly chang
 import json
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -244,3 +245,33 @@ def test_nul_characters_are_refused(tmp_path: Path, where: str) -> None:
     (tmp_path / "job.json").write_text(json.dumps(doc))
     done = run_cached_dist(tmp_path)
     assert_one_line_error(done, 2, "contains a NUL character")
+
+
+def test_inputs_are_read_without_touching_their_access_time(tmp_path: Path) -> None:
+    """LLD has just written each input: reading one must not update its access time (a
+    journalled inode write per input), and another user's file is still read."""
+    f = tmp_path / "member.o"
+    f.write_bytes(b"m" * 3000)
+    past = 1_000_000_000
+    os.utime(f, (past, past))  # atime <= mtime: a plain read would set atime now
+    assert read_regular(str(f)) == b"m" * 3000
+    assert os.stat(f).st_atime == past
+    if os.geteuid() != 0:
+        return
+    # O_NOATIME is refused on a file one does not own: the read goes on without it.
+    import shutil
+    import tempfile
+
+    shared = Path(tempfile.mkdtemp(prefix="cached-dist-noatime-"))  # /tmp: others may enter
+    try:
+        shared.chmod(0o755)
+        g = shared / "root-owned.o"
+        g.write_bytes(b"r" * 3000)
+        g.chmod(0o644)
+        code = ("import os\nfrom cached_dist.keys.digests import read_regular\n"
+                f"os.setgid(65534); os.setuid(65534)\nprint(len(read_regular({str(g)!r})))\n")  # fmt: skip
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              cwd=Path(__file__).parent.parent)  # fmt: skip
+    finally:
+        shutil.rmtree(shared)
+    assert done.returncode == 0 and done.stdout.strip() == "3000", done.stderr

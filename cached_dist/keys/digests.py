@@ -16,6 +16,9 @@ from collections.abc import Iterable
 
 import xxhash
 
+_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
+_NOATIME = getattr(os, "O_NOATIME", 0)
+
 
 def digest_bytes(data: bytes) -> str:
     return xxhash.xxh3_128_hexdigest(data)
@@ -29,7 +32,13 @@ def read_regular(path: str, seen: os.stat_result | None = None) -> bytes:
     if not stat.S_ISREG(seen.st_mode):
         raise OSError(f"{path} is not a regular file")
     # O_NONBLOCK: should a FIFO have been put in its place since, opening it must not wait.
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    # O_NOATIME: LLD has just written the file, and the first read of a new file would
+    # otherwise update its access time, a journalled inode write per input (allowed on the
+    # user's own files only: others are opened without it).
+    try:
+        fd = os.open(path, _READ_FLAGS | _NOATIME)
+    except PermissionError:
+        fd = os.open(path, _READ_FLAGS)
     try:
         now = os.fstat(fd)
         if (now.st_dev, now.st_ino) != (seen.st_dev, seen.st_ino) or not stat.S_ISREG(now.st_mode):
