@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import stat
@@ -42,6 +41,39 @@ class BlobInfo:
         self.mtime = mtime
 
 
+class TempFile:
+    """A new temporary file in tmp/ (made if a clear or a fresh store removed it), in the
+    store's file mode, closed on the way out and removed if the block fails: a failed put
+    leaves nothing behind. (A class: contextlib costs a cached link an import it has no other
+    use for.)"""
+
+    def __init__(self, blobs: Blobs) -> None:
+        self.blobs = blobs
+        self.fd = -1
+        self.path = ""
+
+    def __enter__(self) -> tuple[int, str]:
+        blobs = self.blobs
+        try:
+            self.fd, self.path = blobs._open_temp()
+        except FileNotFoundError:
+            blobs._modes.makedirs(blobs.tmp)
+            self.fd, self.path = blobs._open_temp()
+        return self.fd, self.path
+
+    def __exit__(self, kind: object, error: object, trace: object) -> None:
+        try:
+            if kind is None:
+                self.blobs._modes.fix_file(self.fd)
+        except BaseException:
+            os.close(self.fd)
+            unlink_quietly(self.path)
+            raise
+        os.close(self.fd)
+        if kind is not None:
+            unlink_quietly(self.path)
+
+
 class Blobs:
     """Immutable files under blobs/ab/cdef..., named by the XXH3-128 digest of their content."""
 
@@ -61,24 +93,9 @@ class Blobs:
         except OSError:
             return False
 
-    @contextlib.contextmanager
-    def temp_file(self) -> Iterator[tuple[int, str]]:
-        """A new temporary file in tmp/ (made if a clear or a fresh store removed it), in the
-        store's file mode, closed on the way out and removed if the block fails: a failed put
-        leaves nothing behind."""
-        try:
-            tmp_fd, tmp_path = self._open_temp()
-        except FileNotFoundError:
-            self._modes.makedirs(self.tmp)
-            tmp_fd, tmp_path = self._open_temp()
-        try:
-            yield tmp_fd, tmp_path
-            self._modes.fix_file(tmp_fd)
-        except BaseException:
-            os.close(tmp_fd)
-            unlink_quietly(tmp_path)
-            raise
-        os.close(tmp_fd)
+    def temp_file(self) -> TempFile:
+        """A new temporary file in tmp/, as ``with blobs.temp_file() as (fd, path)``."""
+        return TempFile(self)
 
     def ingest(self, source: str) -> tuple[str, int, bool]:
         """Copy `source` into the store; return (digest, size, newly stored).
@@ -130,8 +147,10 @@ class Blobs:
             if os.stat(final).st_size == size:
                 # Same content already stored: keep one copy, refresh its LRU clock.
                 unlink_quietly(tmp_path)
-                with contextlib.suppress(OSError):
+                try:
                     os.utime(final)
+                except OSError:
+                    pass
                 return digest, size, False
         except FileNotFoundError:
             pass
@@ -314,5 +333,7 @@ def _touch(src: int, st: os.stat_result) -> None:
     """Refresh a served blob's LRU clock, unless it was refreshed lately."""
     if time.time() - st.st_mtime > _TOUCH_AFTER:
         # A read-only cache still serves hits; it just cannot age them.
-        with contextlib.suppress(OSError):
+        try:
             os.utime(src)
+        except OSError:
+            pass

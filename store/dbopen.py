@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 
@@ -46,8 +45,10 @@ def _open(directory: str, modes: Modes, settings: dict[str, Any]) -> diskcache.C
     db = os.path.join(directory, "cache.db")
     if not os.path.exists(db):
         # Create it with the store's mode: sqlite gives its -wal and -shm files the same mode.
-        with contextlib.suppress(FileExistsError):
+        try:
             os.close(os.open(db, os.O_WRONLY | os.O_CREAT | os.O_EXCL, modes.file))
+        except FileExistsError:
+            pass
     cache = diskcache.Cache(directory, timeout=BUSY_TIMEOUT, **settings)
     try:
         # diskcache's open only touches the schema; make sqlite read a data page as well.
@@ -76,8 +77,10 @@ def quarantine(
     if seen is not None and (current.st_ino, current.st_dev) != (seen.st_ino, seen.st_dev):
         return
     aside = f"{directory}.damaged-{int(time.time())}-{os.getpid()}"
-    with contextlib.suppress(FileNotFoundError):
+    try:
         os.rename(directory, aside)
+    except FileNotFoundError:
+        pass
 
 
 def db_stat(directory: str) -> os.stat_result | None:

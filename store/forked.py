@@ -13,7 +13,6 @@ connections must not cross a fork): file and CPU work only, results handled by t
 
 from __future__ import annotations
 
-import json
 import os
 
 TYPE_CHECKING = False
@@ -47,6 +46,8 @@ def split(
     worker also sends back ``extra()`` (what it learned on the way), handed to ``take_extra``
     here.
     """
+    import json  # here: a link too small to fork never imports it (see jsonload)
+
     shares = [list(range(w, count, workers)) for w in range(workers)]
     results: list[R | None] = [None] * count
     children: list[tuple[int, int, list[int]]] = []

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import stat
@@ -52,9 +51,11 @@ class Modes:
     def fix_path(self, path: str) -> None:
         """Give files a library created (the sqlite databases) the store's file mode."""
         # Not fatal: on a read-only or foreign-owned cache the mode is someone else's choice.
-        with contextlib.suppress(OSError):
+        try:
             if stat.S_IMODE(os.stat(path).st_mode) != self.file:
                 os.chmod(path, self.file)
+        except OSError:
+            pass
 
 
 def temp_name(directory: str, base: str) -> str:
@@ -90,5 +91,7 @@ def write_all(fd: int, data: bytes | memoryview) -> None:
 
 def unlink_quietly(path: str) -> None:
     """Remove a file that may already be gone."""
-    with contextlib.suppress(OSError):
+    try:
         os.unlink(path)
+    except OSError:
+        pass

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+from .jsonload import loads
 
 TYPE_CHECKING = False  # typing and dataclasses cost ~15 ms to import; the hot path avoids them
 if TYPE_CHECKING:
@@ -75,6 +75,8 @@ class Manifest:
             "outputs": {role: [d, s] for role, (d, s) in self.outputs.items()},
             "meta": self.meta,
         }
+        import json  # only when storing: a hit never imports json (see .jsonload)
+
         return json.dumps(body, separators=(",", ":"), sort_keys=True)
 
     @classmethod
@@ -83,7 +85,7 @@ class Manifest:
         if not isinstance(text, str):
             return None
         try:
-            body = json.loads(text)
+            body = loads(text)
         except ValueError:
             return None
         if not isinstance(body, dict) or body.get("v") != FORMAT:

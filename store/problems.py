@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import sys
 
@@ -18,8 +17,10 @@ if TYPE_CHECKING:
 def default_warn(message: str) -> None:
     """Write to stderr, the only channel a linker wrapper reliably shows."""
     # A closed or broken stderr must not break the link either.
-    with contextlib.suppress(OSError, ValueError):
+    try:
         sys.stderr.write(f"store: warning: {message}\n")
+    except (OSError, ValueError):
+        pass
 
 
 def classify(error: BaseException) -> str:
@@ -61,8 +62,10 @@ class Problems:
             return
         self._seen.add(kind)
         # A faulty hook must not turn a warning into a failed link.
-        with contextlib.suppress(Exception):
+        try:
             self._warn(message)
+        except Exception:
+            pass
 
     def error(self, what: str, error: BaseException) -> str:
         """Report an exception caught while doing `what`; return its kind."""

@@ -8,7 +8,6 @@ just counted, and so that the hot read path does not open it at all.
 
 from __future__ import annotations
 
-import contextlib
 import os
 
 from .dbopen import BUSY_TIMEOUT, quarantine
@@ -59,8 +58,10 @@ class Stats:
     def _connect(self, modes: Modes) -> sqlite3.Connection:
         path = os.path.join(self.dir, _DB)
         if not os.path.exists(path):
-            with contextlib.suppress(FileExistsError):
+            try:
                 os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, modes.file))
+            except FileExistsError:
+                pass
         con = sqlite3.connect(path, timeout=BUSY_TIMEOUT, isolation_level=None)
         try:
             if con.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
@@ -107,8 +108,10 @@ class Stats:
                 con.executemany(_UPSERT, adds)
             con.execute("COMMIT")
         except BaseException:
-            with contextlib.suppress(sqlite3.Error):
+            try:
                 con.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
             raise
 
     def set(self, name: str, value: int) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 
@@ -90,8 +89,10 @@ class Store:
     def _disable(self) -> None:
         index, self._index = self._index, None
         if index is not None:
-            with contextlib.suppress(Exception):
+            try:
                 index.close()
+            except Exception:
+                pass
 
     def _fail(self, what: str, error: BaseException) -> None:
         """Report once per kind; a damaged index that could not be rebuilt disables the store."""
@@ -636,8 +637,10 @@ class Store:
     def _close_stats(self) -> None:
         stats, self._stats_db = self._stats_db, None
         if stats is not None:
-            with contextlib.suppress(Exception):
+            try:
                 stats.close()
+            except Exception:
+                pass
 
     def __enter__(self) -> Store:
         return self

@@ -27,7 +27,7 @@ _LIBRARY = {"calc": ("ops", "strutil"), "shapes": ("square", "circle")}
 
 
 def cached_dist_exe() -> str:
-    """The console script installed next to this interpreter (what `command -v` finds)."""
+    """The command installed next to this interpreter (what `command -v` finds)."""
     beside = Path(sys.executable).parent / "cached-dist"
     if beside.exists():
         return str(beside)

@@ -1,6 +1,5 @@
 """Entry point: ``cached-dist [OPTIONS] [-- INNER...] JOBFILE`` or ``cached-dist COMMAND``."""
 
-import contextlib
 import os
 import sys
 from collections.abc import Sequence
@@ -99,6 +98,8 @@ def run() -> None:
     """
     status = main()
     for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):
+        try:
             stream.flush()
+        except (OSError, ValueError):
+            pass
     os._exit(status)

@@ -8,9 +8,10 @@ role. Both become :class:`JobFile`, so nothing downstream knows which one it cam
 
 from __future__ import annotations
 
-import json
 import os
 import stat
+
+from store.jsonload import detect_encoding, loads
 
 from ..errors import JobFileError
 
@@ -120,10 +121,10 @@ def load(path: str) -> JobFile:
         raise JobFileError(f"cannot read job file {path}: {e.strerror}") from None
     try:
         # One copy of the text at a time: a 100,000-job file is ~30 MB of it.
-        text = raw.decode(json.detect_encoding(raw), "surrogatepass")  # as json.loads(raw)
+        text = raw.decode(detect_encoding(raw), "surrogatepass")  # as json.loads(raw)
         del raw
         parser = _Parser(path)
-        document = json.loads(text, object_hook=parser.early_job)
+        document = loads(text, object_hook=parser.early_job)
         del text
     except (ValueError, RecursionError) as e:
         raise JobFileError(f"job file {path}: invalid JSON: {e}") from None
@@ -344,6 +345,8 @@ def write_lld(job_file: JobFile, jobs: Sequence[Job], path: str) -> None:
             for j in jobs
         ],
     }
+    import json  # writing job files is for the wrapped distributor, never a full hit
+
     tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(document, f, indent=1)

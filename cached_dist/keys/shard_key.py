@@ -218,18 +218,19 @@ class ShardKeys:
         forked workers when there is enough work."""
         if not todo:
             return []
-        from store.forked import workers_for
-
         from ..bitcode.native import NATIVE
 
         paths = ModulePaths(digests)
         if NATIVE:
-            workers = workers_for(len(todo), PARALLEL_MIN_JOBS_NATIVE, self.parallel)
+            work, least = len(todo), PARALLEL_MIN_JOBS_NATIVE
         else:
             work = sum(len(t[2] or b"") or ESTIMATED_SHARD for t in todo)
-            workers = workers_for(work, PARALLEL_MIN_BYTES, min(self.parallel, len(todo)))
-        if workers <= 1:
+            least = PARALLEL_MIN_BYTES
+        if self.parallel < 2 or work < 2 * least:  # not worth a worker: no fork, no import
             return [_decode_task(t, paths) for t in todo]
+        from store.forked import workers_for
+
+        workers = workers_for(work, least, min(self.parallel, len(todo)))
         return _decode_forked(todo, paths, workers)
 
 

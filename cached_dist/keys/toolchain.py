@@ -16,11 +16,12 @@
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 
 import xxhash
+
+from store.jsonload import loads
 
 # Shared libraries that belong to the toolchain, by name; others (libc, libstdc++) do not.
 _TOOLCHAIN_LIBS = ("libLLVM", "libclang", "liblld", "libMLIR", "libPolly")
@@ -117,10 +118,12 @@ def identity(compiler: str, memo: Memo, check: str = "content") -> str:
     if libs_text is None:
         libs_text = memo.memo_get("toolchain-libs", exe_key)
     if libs_text is None:
+        import json
+
         libs_text = json.dumps(toolchain_libraries(executable))
         memo.memo_put("toolchain-libs", exe_key, libs_text)
     _PROCESS["toolchain-libs", exe_key] = libs_text
-    files = [executable, *json.loads(libs_text)]
+    files = [executable, *loads(libs_text)]
     if check == "mtime":
         text = "|".join(f"{f}:{os.stat(f).st_size}:{os.stat(f).st_mtime_ns}" for f in files)
         return "mtime:" + xxhash.xxh3_128_hexdigest(text.encode("utf-8", "surrogateescape"))
