@@ -13,6 +13,7 @@ from cached_dist.jobfile import Job
 from cached_dist.keys import shard_key
 from cached_dist.keys.digests import Digests
 from cached_dist.keys.shard_key import ModulePaths, ShardKeys, _table_lookup
+from tests.store.helpers import counting_forks
 from tests.test_shard import G_FOO, G_GV, G_MAIN, make_shard
 
 
@@ -69,20 +70,6 @@ def prepared(jobs: list[Job], parallel: int, memo: DictMemo | None = None) -> Sh
 def in_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.chdir(tmp_path)
     return tmp_path
-
-
-def counting_forks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    forks: list[int] = []
-    real = os.fork
-
-    def fork() -> int:
-        pid = real()
-        if pid:
-            forks.append(pid)
-        return pid
-
-    monkeypatch.setattr(os, "fork", fork)
-    return forks
 
 
 @pytest.mark.parametrize("members", [True, False])

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 
 def content(key: str, max_len: int = 16384) -> bytes:
     """Deterministic bytes for a key, so any process can check what it was served."""
@@ -56,3 +58,18 @@ def remount_ro(target: Path) -> bool:
 
 def umount(target: Path) -> None:
     subprocess.run(["umount", "-l", str(target)], capture_output=True, check=False)
+
+
+def counting_forks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Makes os.fork record each child it starts; returns that list."""
+    forks: list[int] = []
+    real = os.fork
+
+    def fork() -> int:
+        pid = real()
+        if pid:
+            forks.append(pid)
+        return pid
+
+    monkeypatch.setattr(os, "fork", fork)
+    return forks

@@ -9,7 +9,15 @@ from pathlib import Path
 import pytest
 
 from store import Store
-from tests.store.helpers import Warnings, content, remount_ro, try_mount_tmpfs, umount, write
+from tests.store.helpers import (
+    Warnings,
+    content,
+    counting_forks,
+    remount_ro,
+    try_mount_tmpfs,
+    umount,
+    write,
+)
 
 
 def put(s: Store, tmp: Path, key: str, data: bytes) -> bool:
@@ -300,17 +308,8 @@ def test_materialize_many_places_verifies_and_reports_here(tmp_path: Path, worke
     dests = [{"obj": str(out / f"{k}.o")} for k in keys]
     dests[7] = {"obj": str(tmp_path / "no-such-dir" / "x.o")}
     dests[8] = {"other-role": str(out / "y.o")}
-    forks: list[int] = []
-    real_fork = os.fork
-
-    def fork() -> int:
-        pid = real_fork()
-        if pid:
-            forks.append(pid)
-        return pid
-
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(os, "fork", fork)
+        forks = counting_forks(mp)
         items = [(m, d) for m, d in zip(manifests, dests, strict=True) if m is not None]
         took = s.materialize_many(items, workers)
     assert len(forks) == workers - 1
