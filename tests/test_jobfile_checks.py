@@ -275,3 +275,34 @@ def test_inputs_are_read_without_touching_their_access_time(tmp_path: Path) -> N
     finally:
         shutil.rmtree(shared)
     assert done.returncode == 0 and done.stdout.strip() == "3000", done.stderr
+
+
+def test_the_key_reads_inputs_with_the_checks_stat(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One stat per input per link: the key reads each input against the stat the checks
+    took; an input replaced in between is an error (its job is compiled), never read as new."""
+    from cached_dist import jobfile
+    from cached_dist.jobfile.checks import check_job_file
+
+    project(tmp_path)
+    write_job_file(tmp_path, [job("a.o", "a.native.o", imports=("b.o",))], [])
+    monkeypatch.chdir(tmp_path)
+    jf = jobfile.load("job.json")
+    examined = check_job_file(jf)
+    assert {"a.o", "b.o"} <= set(examined)
+    expected = Digests().of("a.o")
+    stats: list[str] = []
+    real_stat = os.stat
+
+    def counted(path: str, *args: object, **kwargs: object) -> os.stat_result:
+        stats.append(str(path))
+        return real_stat(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "stat", counted)
+    digests = Digests(examined)
+    assert digests.of("a.o") == expected and stats == []
+    os.unlink("b.o")
+    Path("b.o").write_bytes(b"another b, written after the checks")
+    with pytest.raises(OSError, match=r"(replaced|changed) while being read"):
+        digests.of("b.o")

@@ -26,8 +26,9 @@ def kind(mode: int) -> str:
     return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
-def check_input(path: str) -> str | None:
-    """Why ``path`` cannot be an input, or None when it is a regular file.
+def check_input(path: str, examined: dict[str, os.stat_result] | None = None) -> str | None:
+    """Why ``path`` cannot be an input, or None when it is a regular file (whose ``stat`` goes
+    into ``examined``: the key reads it with this stat, see keys/digests.py).
 
     Only ``stat``: opening a FIFO blocks until a writer comes, and reading a device such as
     /dev/zero never ends. An archive member LLD 21 names but does not write,
@@ -43,6 +44,8 @@ def check_input(path: str) -> str | None:
     except OSError as e:
         return f"cannot be examined ({e.strerror})"
     if stat.S_ISREG(st.st_mode):
+        if examined is not None:
+            examined[path] = st
         return None
     return f"is {kind(st.st_mode)}, not a regular file"
 
@@ -66,21 +69,25 @@ class _Outputs:
         return found
 
 
-def check_job_file(job_file: JobFile, protected: tuple[str, ...] = ()) -> None:
-    """Raises InputError for the first defect; returns only if the link may touch the disk.
+def check_job_file(job_file: JobFile, protected: tuple[str, ...] = ()) -> dict[str, os.stat_result]:
+    """Raises InputError for the first defect; returns only if the link may touch the disk,
+    with the ``stat`` of every input examined (reused by the key: one ``stat`` per input per
+    link, not two).
 
     ``protected`` are directories no output may be inside (the cache's own).
     """
-    input_names = _check_inputs(job_file)
+    examined: dict[str, os.stat_result] = {}
+    input_names = _check_inputs(job_file, examined)
     _check_outputs(job_file, input_names, _Outputs(protected))
+    return examined
 
 
-def _check_inputs(job_file: JobFile) -> set[str]:
+def _check_inputs(job_file: JobFile, examined: dict[str, os.stat_result]) -> set[str]:
     """Every input a regular file; returns the set of input paths, as written and normalized."""
     names: set[str] = set()
     for path in job_file.common_inputs:
         if path not in names:
-            problem = check_input(path)
+            problem = check_input(path, examined)
             if problem is not None:
                 raise InputError(_input_message(path, problem, "common.inputs"))
             names.add(path)
@@ -88,7 +95,7 @@ def _check_inputs(job_file: JobFile) -> set[str]:
         for path in job.inputs:
             if path in names:
                 continue
-            problem = check_input(path)
+            problem = check_input(path, examined)
             if problem is not None:
                 raise InputError(_input_message(path, problem, _where(job)))
             names.add(path)

@@ -8,6 +8,7 @@ from .key import NotCacheableError, job_key
 
 TYPE_CHECKING = False  # typing and dataclasses cost ~15 ms of a ~100 ms cache hit
 if TYPE_CHECKING:
+    import os
     from collections.abc import Callable
 
     from ..jobfile import Job, JobFile
@@ -33,10 +34,12 @@ def compute_keys(
     shard_keys: ShardKeys,
     compiler_check: str = "content",
     warn: Callable[[str], None] | None = None,
+    examined: dict[str, os.stat_result] | None = None,
 ) -> list[Keyed]:
     """Every job's key; ``compiler_check`` is how the compiler is identified (see
-    :mod:`.toolchain`); ``warn`` hears once about a check command that fails."""
-    digests = Digests()
+    :mod:`.toolchain`); ``warn`` hears once about a check command that fails; ``examined``:
+    inputs already ``stat``-ed by the job-file checks."""
+    digests = Digests(examined)
     shard_keys.prepare(job_file.jobs, digests)
     identities: dict[str, str | None] = {}
     why_not: dict[str, str] = {}

@@ -64,7 +64,10 @@ def read_regular(path: str, seen: os.stat_result | None = None) -> bytes:
 
 
 class Digests:
-    def __init__(self) -> None:
+    def __init__(self, examined: dict[str, os.stat_result] | None = None) -> None:
+        # Inputs the job-file checks examined: read against that stat (a file replaced since
+        # is an error, and its job compiled), not stat-ed again.
+        self._examined = examined or {}
         self._memo: dict[tuple[int, int, int, int], str] = {}
         self._by_path: dict[str, str] = {}  # inputs do not change while LLD waits on us
         self._is_file: dict[str, bool] = {}
@@ -89,6 +92,10 @@ class Digests:
         for path, digest in items:
             self._by_path.setdefault(path, digest)
 
+    def examined(self, path: str) -> os.stat_result | None:
+        """The stat the job-file checks took of ``path``, if they did."""
+        return self._examined.get(path)
+
     def of(self, path: str) -> str:
         """The digest of ``path``'s content; OSError if it cannot be read."""
         known = self._by_path.get(path)
@@ -101,7 +108,7 @@ class Digests:
             if member is not None:
                 digest = self._by_path[path] = digest_bytes(member.read())
                 return digest
-        st = os.stat(path)
+        st = self._examined.get(path) or os.stat(path)
         identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
         found = self._memo.get(identity)
         if found is None:

@@ -166,7 +166,7 @@ class ShardKeys:
                 todo.append((job.index, "", None, job))
                 continue
             try:
-                data = read_regular(job.shard)
+                data = read_regular(job.shard, digests.examined(job.shard))
                 asked.append((job.index, _memo_key(data, job, digests), data, job))
             except OSError:
                 continue  # the key computation will fail on it too: not cacheable
@@ -264,7 +264,7 @@ def _decode_task(task: Task, paths: ModulePaths) -> Decoded:
     _, _, data, job = task
     try:
         if data is None:
-            data = read_regular(job.shard or "")
+            data = read_regular(job.shard or "", paths.digests.examined(job.shard or ""))
         lookup = paths.lookup(job)
     except OSError:
         return None

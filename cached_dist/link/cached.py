@@ -309,7 +309,13 @@ def _stderr_is_terminal() -> bool:
         return False
 
 
-def run_cached(job_file: JobFile, options: Options, log: Log) -> Summary:
+def run_cached(
+    job_file: JobFile,
+    options: Options,
+    log: Log,
+    examined: dict[str, os.stat_result] | None = None,
+) -> Summary:
+    """The link through the cache; ``examined``: the inputs' stat from the job-file checks."""
     store = open_store(options, log)
     if store is None:
         from .dispatch import run_plain
@@ -326,7 +332,8 @@ def run_cached(job_file: JobFile, options: Options, log: Log) -> Summary:
     keyed: list[Keyed] = []
     try:
         try:
-            keyed = compute_keys(job_file, writes, shard_keys, options.compiler_check, log.warn)
+            keyed = compute_keys(job_file, writes, shard_keys, options.compiler_check, log.warn,
+                                 examined)  # fmt: skip
         except Exception as e:  # a bug in keying must not cost the user the link
             if options.debug:
                 raise

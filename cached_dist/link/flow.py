@@ -20,7 +20,7 @@ def run(job_file: JobFile, options: Options, log: Log) -> int:
     started = time.monotonic()
     # Before any output is removed, any claim taken or the cache opened: a bad job file
     # changes nothing on disk.
-    check_job_file(job_file, protected=_store_dirs(options.cache_dir))
+    examined = check_job_file(job_file, protected=_store_dirs(options.cache_dir))
     try:
         if options.disable:
             from .dispatch import run_plain
@@ -29,7 +29,7 @@ def run(job_file: JobFile, options: Options, log: Log) -> int:
         else:
             from .cached import run_cached
 
-            summary = run_cached(job_file, options, log)
+            summary = run_cached(job_file, options, log, examined)
     finally:
         # Archive members a killed link left behind, seen only where LLD 21 names members
         # (the module that reads those names is imported only then).
