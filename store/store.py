@@ -231,12 +231,16 @@ class Store:
             return [outcome, float(took)]
 
         workers = max(1, min(workers, len(plans) // FORK_MIN_OUTPUTS))
-        if workers > 1:
-            from .forked import split
+        try:
+            if workers > 1:
+                from .forked import split
 
-            placed = split(work, len(plans), workers, revive)
-        else:
-            placed = work(range(len(plans)))
+                placed = split(work, len(plans), workers, revive)
+            else:
+                placed = work(range(len(plans)))
+        except Exception as error:  # the store promises not to raise: all misses, then
+            self._fail("cannot copy a cached output", error)
+            return [None] * len(items)
         took: list[float | None] = [0.0] * len(items)
         for n in unplaceable:
             took[n] = None

@@ -323,3 +323,21 @@ def test_materialize_many_places_verifies_and_reports_here(tmp_path: Path, worke
     assert s.get(keys[7]) is not None and s.get(keys[8]) is not None  # not the entry's fault
     assert s.stats()["corruptions"] == 1
     assert "damaged" in w.text() and w.text().count("cannot copy a cached output") == 1
+
+
+def test_materialize_many_turns_an_unexpected_failure_into_misses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store never raises: a bug while placing is reported once and every job misses."""
+    w = Warnings()
+    s = Store(tmp_path / "c", warn=w)
+    assert put(s, tmp_path, "aa01", b"object")
+    m = s.get("aa01")
+    assert m is not None
+
+    def broken(*args: object) -> str:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(s._blobs, "copy_out", broken)
+    assert s.materialize_many([(m, {"obj": str(tmp_path / "o")})]) == [None]
+    assert "cannot copy a cached output: RuntimeError: a bug" in w.text()
