@@ -181,8 +181,8 @@ class OptionSpec:
 
 
 OPTIONS: tuple[OptionSpec, ...] = (
-    OptionSpec("jobs", "backend compilations run at once (default: CPUs this process may use)",
-               _positive_int, "N", "-j"),
+    OptionSpec("jobs", "backend compilations run at once, and processes a large full hit may "
+               "use (default: CPUs this process may use)", _positive_int, "N", "-j"),
     OptionSpec("verbose", "a line per job: where its object came from, and how long it took",
                short="-v"),
     OptionSpec("quiet", "no summary line; warnings and errors still print", short="-q"),

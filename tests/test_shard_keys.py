@@ -78,8 +78,9 @@ def test_forked_workers_give_what_one_process_gives(
 ) -> None:
     count = 2 * shard_key.PARALLEL_MIN_JOBS_NATIVE + 22
     jobs = write_link(in_dir, count, members)
-    alone = prepared(jobs, parallel=1)
     forks = counting_forks(monkeypatch)
+    alone = prepared(jobs, parallel=1)
+    assert forks == []  # -j1: never forks
     forked = ShardKeys(DictMemo(), 3)
     digests = Digests()
     forked.prepare(jobs, digests)
