@@ -135,10 +135,8 @@ class Store:
             raw = index.get_entry(key)
             if raw is None:
                 return None
-            manifest = Manifest.decode(key, raw)
+            manifest = self._decoded(index, key, raw)
             if manifest is None:
-                index.drop_entry(key)
-                self._count(corruptions=1)
                 return None
             if not all(self._blobs.present(d, s) for d, s in manifest.outputs.values()):
                 index.drop_entry(key)  # a blob was evicted: the entry is dead
@@ -158,38 +156,24 @@ class Store:
         found: dict[str, Manifest] = {}
         try:
             for key, raw in index.get_entries([k for k in keys if valid_key(k)]).items():
-                manifest = Manifest.decode(key, raw)
+                manifest = self._decoded(index, key, raw)
                 if manifest is not None:
                     found[key] = manifest
-                else:
-                    index.drop_entry(key)
-                    self._count(corruptions=1)
         except Exception as error:
             self._fail("cannot read the cache index", error)
         return found
 
+    def _decoded(self, index: Index, key: str, raw: object) -> Manifest | None:
+        """The manifest in an index row; None for a damaged one, which is dropped and counted."""
+        manifest = Manifest.decode(key, raw)
+        if manifest is None:
+            index.drop_entry(key)
+            self._count(corruptions=1)
+        return manifest
+
     def materialize(self, manifest: Manifest, dests: Mapping[str, str]) -> bool:
         """Write each requested role's blob to its destination, verified; False means a miss."""
-        if self._index is None:
-            return False
-        try:
-            for role, dest in dests.items():
-                ref = manifest.outputs.get(role)
-                if ref is None:
-                    return False
-                outcome = self._blobs.copy_out(ref[0], ref[1], os.fspath(dest), self.hard_link)
-                if outcome != Outcome.OK:
-                    self._drop(manifest.key)
-                    if outcome == Outcome.CORRUPT:
-                        self._problems.report(
-                            "corrupt-blob", f"blob {ref[0]} was damaged; removed it (a miss)"
-                        )
-                        self._count(corruptions=1, size=-ref[1])
-                    return False
-            return True
-        except Exception as error:
-            self._fail("cannot copy a cached output", error)
-            return False
+        return self.materialize_many([(manifest, dests)])[0] is not None
 
     def materialize_many(
         self, items: Sequence[tuple[Manifest, Mapping[str, str]]], workers: int = 1
@@ -230,11 +214,11 @@ class Store:
                 outcome = [int(errno_), str(text), name if name is None else str(name)]
             return [outcome, float(took)]
 
-        workers = max(1, min(workers, len(plans) // FORK_MIN_OUTPUTS))
         try:
-            if workers > 1:
-                from .forked import split
+            if workers > 1 and len(plans) >= 2 * FORK_MIN_OUTPUTS:  # else no fork, no import
+                from .forked import split, workers_for
 
+                workers = workers_for(len(plans), FORK_MIN_OUTPUTS, workers)
                 placed = split(work, len(plans), workers, revive)
             else:
                 placed = work(range(len(plans)))
