@@ -92,9 +92,10 @@ class Digests:
         for path, digest in items:
             self._by_path.setdefault(path, digest)
 
-    def examined(self, path: str) -> os.stat_result | None:
-        """The stat the job-file checks took of ``path``, if they did."""
-        return self._examined.get(path)
+    def read(self, path: str) -> bytes:
+        """The bytes of the input ``path`` (:func:`read_regular`, against the stat the
+        job-file checks took of it, if they did)."""
+        return read_regular(path, self._examined.get(path))
 
     def of(self, path: str) -> str:
         """The digest of ``path``'s content; OSError if it cannot be read."""

@@ -19,7 +19,7 @@ import os
 import xxhash
 
 from ..jobfile import Job
-from .digests import Digests, read_regular
+from .digests import Digests
 
 # The least work worth a forked worker (store.forked.workers_for): a fork and its results cost
 # ~3 ms. The pure-Python decoder does ~2 MB/s; with the native one, reading a shard and the
@@ -166,7 +166,7 @@ class ShardKeys:
                 todo.append((job.index, "", None, job))
                 continue
             try:
-                data = read_regular(job.shard, digests.examined(job.shard))
+                data = digests.read(job.shard)
                 asked.append((job.index, _memo_key(data, job, digests), data, job))
             except OSError:
                 continue  # the key computation will fail on it too: not cacheable
@@ -264,7 +264,7 @@ def _decode_task(task: Task, paths: ModulePaths) -> Decoded:
     _, _, data, job = task
     try:
         if data is None:
-            data = read_regular(job.shard or "", paths.digests.examined(job.shard or ""))
+            data = paths.digests.read(job.shard or "")
         lookup = paths.lookup(job)
     except OSError:
         return None
