@@ -17,7 +17,7 @@ __all__ = ["DEFAULT_MAX_SIZE", "LAYOUT", "Claim", "Manifest", "Store", "VerifyRe
 
 #: Every directory the store creates under its root: a caller that writes files elsewhere
 #: (a link's outputs) refuses paths inside these, so it can never overwrite the store's own.
-LAYOUT = ("blobs", "claims", "index", "locks", "stats", "tmp")
+LAYOUT = ("blobs", "claims", "index", "locks", "rows", "stats", "tmp")
 
 
 def __getattr__(name: str) -> object:

@@ -1,12 +1,16 @@
-"""The action index: action key -> manifest, plus the small string memo, in one diskcache."""
+"""The action index: action key -> manifest, plus the small string memo, in one diskcache.
+
+Every row is also kept as a file (store/rows.py), read first: a link whose rows are all there
+never imports sqlite. The database is opened when a row is not (a miss, or a row stored
+before the files existed, which is then copied to its file) and for every write.
+"""
 
 from __future__ import annotations
 
 import os
 import time
 
-from .dbopen import BUSY_TIMEOUT, PROBE_SQL
-from .sql import sqlite3
+from .rows import Rows
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -46,6 +50,9 @@ class RowReader:
     )
 
     def __init__(self, db: str, timeout: float) -> None:
+        from .dbopen import PROBE_SQL
+        from .sql import sqlite3
+
         self.con = sqlite3.connect(db, timeout=timeout, isolation_level=None)
         try:
             columns = {row[1] for row in self.con.execute("PRAGMA table_info(Cache)")}
@@ -109,14 +116,11 @@ class Index:
         self._cache: diskcache.Cache | None = None
         self._reader: RowReader | None = None
         self._seen: os.stat_result | None = None
-        db = os.path.join(self.dir, "cache.db")
-        if os.path.exists(db):
-            try:
-                self._reader = RowReader(db, BUSY_TIMEOUT)
-                self._seen = os.stat(db)
-            except sqlite3.Error:
-                self._reader = None  # damaged, locked, odd: diskcache's open deals with it
-        if self._reader is None:
+        self.rows = Rows(root, modes)
+        # The database is only read when a row file is missing: opened then, not here.
+        self._db = os.path.join(self.dir, "cache.db")
+        self._direct = os.path.exists(self._db)
+        if not self._direct:
             self._open()
 
     def _open(self) -> diskcache.Cache:
@@ -141,9 +145,35 @@ class Index:
         """The diskcache, opened on first need: writes, maintenance, rows RowReader skips."""
         return self._cache if self._cache is not None else self._open()
 
+    def _row_reader(self) -> RowReader | None:
+        """The direct reader, opened on the first read a row file could not answer (None
+        once diskcache is open, or when the database is not one it reads)."""
+        if self._direct and self._cache is None:
+            self._direct = False
+            from .dbopen import BUSY_TIMEOUT
+            from .sql import sqlite3
+
+            try:
+                self._reader = RowReader(self._db, BUSY_TIMEOUT)
+                self._seen = os.stat(self._db)
+            except (sqlite3.Error, OSError):
+                self._reader = None  # damaged, locked, odd, gone: diskcache's open deals with it
+        return self._reader
+
     def _read(self, full_key: str) -> Any:
-        reader = self._reader
+        value = self.rows.get(full_key)
+        if value is not None:
+            return value
+        value = self._read_db(full_key)
+        if isinstance(value, str):
+            self._backfill([(full_key, value)])
+        return value
+
+    def _read_db(self, full_key: str) -> Any:
+        reader = self._row_reader()
         if reader is not None:
+            from .sql import sqlite3
+
             try:
                 value = reader.get(full_key)
                 if value is not _FALLBACK:
@@ -154,10 +184,22 @@ class Index:
         return self._run(lambda c: c.get(full_key))
 
     def _read_many(self, full_keys: Sequence[str]) -> dict[str, Any]:
-        """:meth:`_read` for many keys, in a few queries when the direct reader can: the
-        found ones only."""
-        reader = self._reader
+        """:meth:`_read` for many keys: the row files, then the database (in a few queries
+        when the direct reader can) for the keys without one; the found ones only."""
+        found: dict[str, Any] = self.rows.get_many(full_keys)
+        if len(found) == len(full_keys):
+            return found
+        rest = [k for k in full_keys if k not in found]
+        from_db = self._read_many_db(rest)
+        self._backfill([(k, v) for k, v in from_db.items() if isinstance(v, str)])
+        found.update(from_db)
+        return found
+
+    def _read_many_db(self, full_keys: Sequence[str]) -> dict[str, Any]:
+        reader = self._row_reader()
         if reader is not None:
+            from .sql import sqlite3
+
             try:
                 found: dict[str, Any] = reader.get_many(full_keys)
             except sqlite3.Error:
@@ -168,9 +210,20 @@ class Index:
                     if value is _FALLBACK:
                         found[key] = self._get(key)
                 return {k: v for k, v in found.items() if v is not None}
-        return {k: v for k in full_keys if (v := self._read(k)) is not None}
+        return {k: v for k in full_keys if (v := self._read_db(k)) is not None}
+
+    def _backfill(self, items: list[tuple[str, str]]) -> None:
+        """Row files for rows read from the database (stored before the files existed, or
+        whose file was lost): the next link reads them without it. Best effort: a
+        read-only cache still serves."""
+        try:
+            self.rows.put_many(items)
+        except OSError:
+            pass
 
     def _run(self, op: Callable[[diskcache.Cache], T]) -> T:
+        from .sql import sqlite3
+
         try:
             return op(self.cache)
         except sqlite3.OperationalError:
@@ -202,6 +255,7 @@ class Index:
 
     def set_entry(self, key: str, text: str) -> None:
         self._run(lambda c: c.set(_ENTRY + key, text))
+        self.rows.put(_ENTRY + key, text)
 
     def set_entries(self, items: list[tuple[str, str]]) -> None:
         """Several entries in one transaction (one commit, not one per entry)."""
@@ -212,8 +266,10 @@ class Index:
                     c.set(_ENTRY + key, text)
 
         self._run(write)
+        self.rows.put_many((_ENTRY + key, text) for key, text in items)
 
     def drop_entry(self, key: str) -> None:
+        self.rows.drop(_ENTRY + key)
         self._run(lambda c: c.delete(_ENTRY + key))
 
     def get_memo(self, namespace: str, key: str) -> Any:
@@ -227,6 +283,7 @@ class Index:
 
     def set_memo(self, namespace: str, key: str, value: str) -> None:
         self._run(lambda c: c.set(f"{_MEMO}{namespace}:{key}", value))
+        self.rows.put(f"{_MEMO}{namespace}:{key}", value)
 
     def set_memos(self, namespace: str, items: list[tuple[str, str]]) -> None:
         """Many memo writes in one transaction: one commit (one fsync) per link, not per key."""
@@ -237,6 +294,7 @@ class Index:
                     c.set(f"{_MEMO}{namespace}:{key}", value)
 
         self._run(write)
+        self.rows.put_many((f"{_MEMO}{namespace}:{key}", value) for key, value in items)
 
     def entries(self) -> Iterator[tuple[str, Any]]:
         """All (action key, raw manifest) pairs; for maintenance passes, not the hot path."""
@@ -256,6 +314,13 @@ class Index:
 
     def clear(self) -> None:
         self._run(lambda c: c.clear())
+        self.rows.keep_only(set())
+
+    def reconcile(self) -> int:
+        """Removes the row files of rows the database no longer has (culled by diskcache
+        past its budget, or dropped by a process that died before removing the file)."""
+        keys: list[Any] = self._run(lambda c: list(c.iterkeys()))
+        return self.rows.keep_only({k for k in keys if isinstance(k, str)})
 
     def close(self) -> None:
         """Closes both connections; the next read or write opens diskcache (not the reader)."""

@@ -80,6 +80,7 @@ def evict(blobs: Blobs, index: Index, stats: Stats | None, target: int, *, grace
         if manifest is None or any(d in removed for d, _ in manifest.outputs.values()):
             with contextlib.suppress(Exception):
                 index.drop_entry(key)
+    index.reconcile()  # the files of rows diskcache culled since the last pass
     if stats is not None:
         # Rescanning corrects any drift of the shared counter (racing puts, killed writers).
         stats.update(set_values={"size": total}, add={"evictions": evictions})
@@ -104,6 +105,7 @@ def verify(blobs: Blobs, index: Index) -> VerifyReport:
         if manifest is None or not all(blobs.present(d, s) for d, s in manifest.outputs.values()):
             index.drop_entry(key)
             dropped += 1
+    index.reconcile()
     return VerifyReport(checked, corrupt, nbytes, entries_checked, dropped)
 
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 import errno
 import sys
 
-from .sql import sqlite3
-
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -33,6 +31,8 @@ def classify(error: BaseException) -> str:
         if error.errno in (errno.ENOSPC, errno.EDQUOT):
             return "disk-full"
         return "io"
+    from .sql import sqlite3  # only now: a link that reads no database never imports it
+
     if isinstance(error, sqlite3.OperationalError):
         text = str(error).lower()
         if "readonly" in text or "read-only" in text:

@@ -54,6 +54,31 @@ class Stats:
             quarantine(self.dir, _DB)  # damaged: counts restart from zero, the store goes on
             modes.makedirs(self.dir)
             self._con = self._connect(modes)
+        self.fold()
+
+    def fold(self) -> None:
+        """Adds the counts links left in pending files (store/tally.py), removing the files in
+        the same transaction: each is counted once, whoever folds."""
+        from . import tally
+
+        try:
+            if all(name.startswith(".") for name in os.listdir(tally.pending_dir(self.dir))):
+                return  # nothing pending (a temporary file is a writer's, or stale)
+        except OSError:
+            return
+        con = self.con
+        con.execute("BEGIN IMMEDIATE")
+        try:
+            totals = tally.take(self.dir)
+            if totals:
+                con.executemany(_UPSERT, [(k, v) for k, v in totals.items() if v])
+            con.execute("COMMIT")
+        except BaseException:
+            try:
+                con.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+            raise
 
     def _connect(self, modes: Modes) -> sqlite3.Connection:
         path = os.path.join(self.dir, _DB)

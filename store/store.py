@@ -480,13 +480,20 @@ class Store:
         (integer) counters, kept and reported by stats() beside the store's."""
         if self._index is None:
             return
-        self._count(
-            hits=hits,
-            misses=misses,
-            time_saved_us=round(time_saved * 1e6),
-            bytes_served=bytes_served,
+        deltas = {
+            "hits": hits,
+            "misses": misses,
+            "time_saved_us": round(time_saved * 1e6),
+            "bytes_served": bytes_served,
             **counters,
-        )
+        }
+        if self._stats_db is None and not self._stats_failed:
+            # Not opened by this process (a link that only read): a file, folded in later.
+            from . import tally
+
+            if tally.leave(os.path.join(self.root, "stats"), self._modes, deltas):
+                return
+        self._count(**deltas)
 
     def stats(self) -> dict[str, int | float]:
         """Counters shared by every process, plus current entries, size and limit."""

@@ -241,12 +241,17 @@ def test_damaged_index_warns_once_and_links(tmp_path: Path) -> None:
     for extra in ("-wal", "-shm"):
         Path(f"{db}{extra}").unlink(missing_ok=True)
     db.write_bytes(b"not a database at all" * 1000)
+    # Every entry's row file (store/rows.py) still holds it: the database is not opened.
     done = cached_link(project, cache, wrapper, "second")
+    assert "warning" not in done.stderr and compilations(counter) == 5, done.stderr
+    assert (project.dir / "first").read_bytes() == (project.dir / "second").read_bytes()
+    shutil.rmtree(cache / "rows")  # now the database must answer: its damage is found
+    done = cached_link(project, cache, wrapper, "third")
     warnings = [ln for ln in done.stderr.splitlines() if "warning" in ln]
     assert len(warnings) == 1 and "index database" in warnings[0], done.stderr
     assert compilations(counter) == 10  # everything compiled again, and stored again
-    assert (project.dir / "first").read_bytes() == (project.dir / "second").read_bytes()
-    cached_link(project, cache, wrapper, "third")
+    assert (project.dir / "first").read_bytes() == (project.dir / "third").read_bytes()
+    cached_link(project, cache, wrapper, "fourth")
     assert compilations(counter) == 10
 
 

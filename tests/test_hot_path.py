@@ -17,6 +17,10 @@ HEAVY = ("json", "re", "enum", "contextlib", "importlib.util", "pathlib",
          "dataclasses", "typing", "inspect", "filelock", "psutil", "subprocess", "asyncio",
          "concurrent.futures", "multiprocessing", "signal", "tomllib", "argparse",
          "cached_dist.runners", "cached_dist.bitcode.shard", "store.lease",
+         # the index and statistics databases: a full hit reads row files and leaves its
+         # counts in a file (store/rows.py, store/tally.py)
+         "_sqlite3", "sqlite3", "diskcache", "store.sql", "store.dbopen", "store.stats",
+         "functools", "collections",
          # the remote tier, which a link without --remote-storage never touches
          "cached_dist.link.tiers", "store.remote", "store.entry", "redis", "http.client",
          "socket", "ssl")  # fmt: skip

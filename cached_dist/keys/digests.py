@@ -9,12 +9,17 @@ opened for a blocking read, and a file that changes while it is read is an error
 then compiled and not cached) rather than an endless read or a key for bytes nobody compiled.
 """
 
+from __future__ import annotations
+
 import itertools
 import os
 import stat
-from collections.abc import Iterable
 
 import xxhash
+
+TYPE_CHECKING = False  # collections.abc imports collections: ~1.5 ms of a full hit
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
 _NOATIME = getattr(os, "O_NOATIME", 0)

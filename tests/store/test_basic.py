@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -206,8 +207,8 @@ def test_corrupt_manifest_reads_as_miss(tmp_path: Path) -> None:
     s = Store(tmp_path / "c")
     assert put_one(s, tmp_path, "ab", b"x")
     assert s._index is not None
-    s._index.cache.set("a:ab", "{not json")
-    s._index.cache.set("a:cd", json.dumps({"v": 1, "outputs": {"o": ["xyz", 1]}, "meta": {}}))
+    s._index.set_entry("ab", "{not json")  # the row, in the database and its file
+    s._index.set_entry("cd", json.dumps({"v": 1, "outputs": {"o": ["xyz", 1]}, "meta": {}}))
     assert s.get("ab") is None and s.get("cd") is None
     assert s.stats()["corruptions"] == 2
     assert put_one(s, tmp_path, "ab", b"x") and s.get("ab") is not None
@@ -349,10 +350,17 @@ def test_memo_put_many_is_one_transaction(tmp_path: Path) -> None:
 
 def _statements(s: Store) -> list[str]:
     """The SQL the store's direct reader runs from now on."""
-    assert s._index is not None and s._index._reader is not None
+    assert s._index is not None
+    reader = s._index._row_reader()
+    assert reader is not None
     seen: list[str] = []
-    s._index._reader.con.set_trace_callback(seen.append)
+    reader.con.set_trace_callback(seen.append)
     return seen
+
+
+def _without_row_files(root: Path) -> None:
+    """The store as one written before rows were also kept as files: only the database."""
+    shutil.rmtree(root / "rows")
 
 
 def test_lookup_reads_many_keys_in_a_few_queries(tmp_path: Path) -> None:
@@ -365,8 +373,9 @@ def test_lookup_reads_many_keys_in_a_few_queries(tmp_path: Path) -> None:
     s._index.set_entries([(k, text) for k in keys])
     expected = s.get("ab")
     assert expected is not None
-    assert set(s.lookup([*keys, "ffff", "not hex"])) == set(keys)  # diskcache, this process
+    assert set(s.lookup([*keys, "ffff", "not hex"])) == set(keys)  # row files
     s.close()
+    _without_row_files(tmp_path / "c")
     fresh = Store(tmp_path / "c")
     statements = _statements(fresh)
     found = fresh.lookup([*keys, "ffff", "not hex"])
@@ -375,6 +384,10 @@ def test_lookup_reads_many_keys_in_a_few_queries(tmp_path: Path) -> None:
     assert len(statements) == 3
     assert fresh.materialize(found["07cf"], {"obj": str(tmp_path / "out")})
     assert (tmp_path / "out").read_bytes() == b"x" * 10
+    fresh.close()
+    again = Store(tmp_path / "c")  # the rows read from the database were given files
+    assert set(again.lookup(keys)) == set(keys)
+    assert again._index is not None and again._index._reader is None  # not opened
 
 
 def test_lookup_drops_damaged_entries_and_serving_drops_evicted_ones(tmp_path: Path) -> None:
@@ -398,10 +411,13 @@ def test_memo_get_many(tmp_path: Path) -> None:
     s.memo_put_many("shard", [(f"raw{i}", f"canon{i}") for i in range(1000)])
     s.memo_put("shard", "big", "x" * 40000)  # kept by diskcache in a file of its own
     s.close()
+    asked = [f"raw{i}" for i in range(0, 1200, 2)] + ["big"]
+    expected = {**{f"raw{i}": f"canon{i}" for i in range(0, 1000, 2)}, "big": "x" * 40000}
+    assert Store(tmp_path / "c").memo_get_many("shard", asked) == expected  # row files
+    _without_row_files(tmp_path / "c")
     fresh = Store(tmp_path / "c")
     statements = _statements(fresh)
-    asked = [f"raw{i}" for i in range(0, 1200, 2)] + ["big"]
     found = fresh.memo_get_many("shard", asked)
-    assert found == {**{f"raw{i}": f"canon{i}" for i in range(0, 1000, 2)}, "big": "x" * 40000}
+    assert found == expected
     assert len(statements) == 1  # 601 keys: one query (the big value read through diskcache)
     assert fresh.memo_get_many("other", asked) == {} and fresh.memo_get_many("shard", []) == {}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -101,11 +102,33 @@ def test_garbage_index_database(tmp_path: Path) -> None:
     w = Warnings()
     s = Store(tmp_path / "c", warn=w)
     assert s.usable
+    found = s.get("aa01")  # its row file answers: the database is not even opened
+    assert found is not None and s.materialize(found, {"obj": str(tmp_path / "out")})
+    assert (tmp_path / "out").read_bytes() == b"x" * 100 and w.text() == ""
+    assert put(s, tmp_path, "bb02", b"y" * 100)  # the first write opens it: damage found
     assert "index database" in w.text()
-    assert s.get("aa01") is None  # detected, read as a miss
+    assert s.stats()["corruptions"] == 1
+    assert s.get("bb02") is not None and s.get("aa01") is not None
+    assert list((tmp_path / "c").glob("index.damaged-*"))  # kept aside for inspection
+
+
+def test_garbage_index_database_without_row_files(tmp_path: Path) -> None:
+    s = Store(tmp_path / "c")
+    assert put(s, tmp_path, "aa01", b"x" * 100)
+    s.close()
+    shutil.rmtree(tmp_path / "c" / "rows")
+    db = tmp_path / "c" / "index" / "cache.db"
+    for extra in ("-wal", "-shm"):
+        Path(str(db) + extra).unlink(missing_ok=True)
+    db.write_bytes(b"this is not a database" * 500)
+    w = Warnings()
+    s = Store(tmp_path / "c", warn=w)
+    assert s.usable
+    assert s.get("aa01") is None  # read from the database: damage found, a miss
+    assert "index database" in w.text()
     assert s.stats()["corruptions"] == 1
     assert put(s, tmp_path, "aa01", b"x" * 100) and s.get("aa01") is not None
-    assert list((tmp_path / "c").glob("index.damaged-*"))  # kept aside for inspection
+    assert list((tmp_path / "c").glob("index.damaged-*"))
 
 
 def test_index_damaged_pages(tmp_path: Path) -> None:
@@ -137,7 +160,9 @@ def test_missing_index_database(tmp_path: Path) -> None:
     for p in (tmp_path / "c" / "index").iterdir():
         p.unlink()
     s = Store(tmp_path / "c")
-    assert s.usable and s.get("aa01") is None
+    assert s.usable and s.get("aa01") is not None  # its row file still holds it
+    shutil.rmtree(tmp_path / "c" / "rows")
+    assert s.get("aa01") is None
     assert put(s, tmp_path, "aa01", b"x" * 100) and s.get("aa01") is not None
 
 

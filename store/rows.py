@@ -1,0 +1,179 @@
+"""The index's rows as small files, so that a fully cached link reads them without sqlite.
+
+A link that only hits reads one entry per job and a few memos. Through the index database
+that costs importing sqlite (``_sqlite3`` pulls in functools and collections), opening the
+database and querying it: ~5 ms of a small link's ~25 ms. Reading a file costs ~5 us.
+
+The diskcache index stays the authority for what is written and for maintenance (culling,
+iteration, counts): every row given to it is also written here (a temporary file renamed
+into place, so a reader sees a whole row or none), every row it drops is removed here, and
+the eviction pass removes the files of rows it no longer has. A row found here that the
+index culled meanwhile is still right: rows never change once written (an entry's key names
+everything its outputs depend on, a memo's value is a function of its key), and every byte
+served from a blob is re-hashed anyway. A file that does not hold the row asked for (damaged,
+or the name of another key) reads as absent.
+
+A file is ``<XXH3-64 of the rest, 16 hex digits>\\n<length of the key in bytes>\\n<key><value>``,
+named by the XXH3-128 of the key: one damaged or cut short reads as absent, and the database
+answers instead.
+"""
+
+from __future__ import annotations
+
+import os
+
+import xxhash
+
+from .fsutil import temp_name, unlink_quietly, write_all
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator, Sequence
+
+    from .fsutil import Modes
+
+_READ = 1 << 16
+_ENCODING = "utf-8"
+_ERRORS = "surrogatepass"  # any str a key or value can be round-trips
+
+
+def _header(full_key: str) -> bytes:
+    key = full_key.encode(_ENCODING, _ERRORS)
+    return b"%d\n" % len(key) + key
+
+
+def _checked(data: bytes) -> bytes | None:
+    """The row (key header and value) in a file's bytes, None if they fail their digest."""
+    if len(data) < 17 or data[16:17] != b"\n":
+        return None
+    body = data[17:]
+    return body if b"%016x" % xxhash.xxh3_64_intdigest(body) == data[:16] else None
+
+
+class Rows:
+    """Row files under ``rows/ab/cdef...``; OSError from writes goes to the caller."""
+
+    def __init__(self, root: str, modes: Modes) -> None:
+        self.dir = os.path.join(root, "rows")
+        self.tmp = os.path.join(root, "tmp")
+        self._modes = modes
+
+    def path(self, full_key: str) -> str:
+        name = xxhash.xxh3_128_hexdigest(full_key.encode(_ENCODING, _ERRORS))
+        return os.path.join(self.dir, name[:2], name[2:])
+
+    def get(self, full_key: str) -> str | None:
+        """The row's value, or None when there is no file or it holds something else."""
+        try:
+            fd = os.open(self.path(full_key), os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            data = os.read(fd, _READ)
+            if len(data) == _READ:  # a long row (an entry with a compiler's messages)
+                chunks = [data]
+                while chunk := os.read(fd, _READ):
+                    chunks.append(chunk)
+                data = b"".join(chunks)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+        body = _checked(data)
+        header = _header(full_key)
+        if body is None or not body.startswith(header):
+            return None
+        try:
+            return body[len(header) :].decode(_ENCODING, _ERRORS)
+        except UnicodeDecodeError:
+            return None
+
+    def get_many(self, full_keys: Sequence[str]) -> dict[str, str]:
+        """The rows found, by key."""
+        found: dict[str, str] = {}
+        for full_key in full_keys:
+            value = self.get(full_key)
+            if value is not None:
+                found[full_key] = value
+        return found
+
+    def put(self, full_key: str, value: str) -> None:
+        final = self.path(full_key)
+        body = _header(full_key) + value.encode(_ENCODING, _ERRORS)
+        data = b"%016x\n" % xxhash.xxh3_64_intdigest(body) + body
+        try:
+            tmp = self._write_temp(data)
+        except FileNotFoundError:
+            self._modes.makedirs(self.tmp)
+            tmp = self._write_temp(data)
+        try:
+            try:
+                os.rename(tmp, final)
+            except FileNotFoundError:
+                self._modes.makedirs(os.path.dirname(final))
+                os.rename(tmp, final)
+        except BaseException:
+            unlink_quietly(tmp)
+            raise
+
+    def put_many(self, items: Iterable[tuple[str, str]]) -> None:
+        for full_key, value in items:
+            self.put(full_key, value)
+
+    def _write_temp(self, data: bytes) -> str:
+        path = temp_name(self.tmp, "row")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, self._modes.file)
+        try:
+            self._modes.fix_file(fd)
+            write_all(fd, data)
+        except BaseException:
+            os.close(fd)
+            unlink_quietly(path)
+            raise
+        os.close(fd)
+        return path
+
+    def drop(self, full_key: str) -> None:
+        unlink_quietly(self.path(full_key))
+
+    def files(self) -> Iterator[tuple[str, str | None]]:
+        """(path, the key it holds or None when unreadable), for maintenance passes."""
+        try:
+            tops = sorted(os.scandir(self.dir), key=lambda e: e.name)
+        except FileNotFoundError:
+            return
+        for top in tops:
+            try:
+                entries = list(os.scandir(top.path))
+            except (NotADirectoryError, FileNotFoundError):
+                continue
+            for entry in entries:
+                yield entry.path, _key_of(entry.path)
+
+    def keep_only(self, full_keys: set[str]) -> int:
+        """Removes the files of rows not in ``full_keys`` (the rows the index still has),
+        and files that hold no row; returns how many."""
+        removed = 0
+        for path, full_key in self.files():
+            if full_key is None or full_key not in full_keys or self.path(full_key) != path:
+                unlink_quietly(path)
+                removed += 1
+        return removed
+
+
+def _key_of(path: str) -> str | None:
+    """The key a row file holds, None if the file is unreadable or not a row file."""
+    try:
+        with open(path, "rb") as f:
+            body = _checked(f.read())
+        if body is None:
+            return None
+        length_text, newline, rest = body.partition(b"\n")
+        if not newline or not length_text.isdigit() or len(length_text) > 8:
+            return None
+        key = rest[: int(length_text)]
+        if len(key) != int(length_text):
+            return None
+        return key.decode(_ENCODING, _ERRORS)
+    except (OSError, UnicodeDecodeError):
+        return None

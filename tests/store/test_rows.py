@@ -1,0 +1,226 @@
+"""Row files and pending counts: what lets a fully cached link skip both sqlite databases."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from store import Store, tally
+from store.rows import Rows
+from tests.store.helpers import Warnings, write
+
+DB_MODULES = ("_sqlite3", "sqlite3", "diskcache", "store.stats", "store.dbopen")
+
+
+def put(s: Store, tmp: Path, key: str, data: bytes) -> bool:
+    return s.put(key, {"obj": write(tmp / f"src-{key}", data)}, duration=1.0, toolchain="t",
+                 key_version=1)  # fmt: skip
+
+
+def in_fresh_process(code: str) -> str:
+    """Runs ``code`` in a new interpreter; returns its stdout (its last line is checked)."""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=Path(__file__).parent.parent.parent)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_a_full_hit_reads_and_records_without_either_database(tmp_path: Path) -> None:
+    root = tmp_path / "c"
+    s = Store(root)
+    assert put(s, tmp_path, "ab01", b"one" * 100) and put(s, tmp_path, "cd02", b"two" * 100)
+    s.memo_put_many("shard", [("raw1", "canon:1"), ("raw2", "canon:2")])
+    s.close()
+    out = tmp_path / "out"
+    code = (
+        "import sys, store\n"
+        f"s = store.Store({str(root)!r})\n"
+        "found = s.lookup(['ab01', 'cd02'])\n"
+        "memos = s.memo_get_many('shard', ['raw1', 'raw2'])\n"
+        f"placed = s.materialize_many([(found['ab01'], {{'obj': {str(out)!r}}})])\n"
+        "s.record(hits=2, time_saved=2.0, bytes_served=600, shards_memoized=2)\n"
+        f"print(sorted(found), sorted(memos.items()), placed[0] is not None, "
+        f"[m for m in {DB_MODULES!r} if m in sys.modules])\n"
+    )
+    assert in_fresh_process(code) == (
+        "['ab01', 'cd02'] [('raw1', 'canon:1'), ('raw2', 'canon:2')] True []"
+    )
+    assert out.read_bytes() == b"one" * 100
+    assert len(os.listdir(root / "stats" / "pending")) == 1  # the link's counts, not yet added
+    stats = Store(root).stats()  # opening the database folds them in, once
+    assert (stats["hits"], stats["time_saved"], stats["bytes_served"]) == (2, 2.0, 600)
+    assert stats["shards_memoized"] == 2
+    assert os.listdir(root / "stats" / "pending") == []
+    assert Store(root).stats()["hits"] == 2
+
+
+def test_a_miss_still_reads_the_database(tmp_path: Path) -> None:
+    """Rows stored only in the database (by a version before row files) are found, and
+    given their files, so that the next link needs no database."""
+    root = tmp_path / "c"
+    s = Store(root)
+    assert put(s, tmp_path, "ab01", b"one")
+    s.memo_put("toolchain", "clang\0/usr/bin/clang", "digest")
+    s.close()
+    rows = Rows(str(root), Store(root)._modes)
+    for path, _ in list(rows.files()):
+        os.unlink(path)
+    s = Store(root)
+    assert s.get("ab01") is not None
+    assert s.memo_get("toolchain", "clang\0/usr/bin/clang") == "digest"
+    assert s.get("ef03") is None
+    code = (
+        "import sys, store\n"
+        f"s = store.Store({str(root)!r})\n"
+        "print(s.get('ab01') is not None, s.memo_get('toolchain', 'clang\\0/usr/bin/clang'),"
+        f" [m for m in {DB_MODULES!r} if m in sys.modules])\n"
+    )
+    assert in_fresh_process(code) == "True digest []"
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["garbage", "truncated", "empty", "another key's row", "not utf-8"],
+)
+def test_a_damaged_row_file_reads_as_absent(tmp_path: Path, damage: str) -> None:
+    """The database answers instead, with the row as stored: never another row's value."""
+    root = tmp_path / "c"
+    s = Store(root)
+    assert put(s, tmp_path, "ab01", b"one") and put(s, tmp_path, "cd02", b"two")
+    s.close()
+    rows = Rows(str(root), s._modes)
+    path = Path(rows.path("a:ab01"))
+    other = Path(rows.path("a:cd02")).read_bytes()
+    data = path.read_bytes()
+    path.write_bytes({
+        "garbage": os.urandom(len(data)),
+        "truncated": data[: len(data) // 2],
+        "empty": b"",
+        "another key's row": other,
+        "not utf-8": data[:-3] + b"\xff\xfe\xfd",
+    }[damage])  # fmt: skip
+    w = Warnings()
+    s = Store(root, warn=w)
+    found = s.get("ab01")
+    assert found is not None and s.materialize(found, {"obj": str(tmp_path / "out")})
+    assert (tmp_path / "out").read_bytes() == b"one"
+    assert w.text() == ""
+    assert path.read_bytes() == data  # rewritten from the database
+
+
+def test_rows_follow_drops_clear_and_culling(tmp_path: Path) -> None:
+    root = tmp_path / "c"
+    s = Store(root)
+    for key in ("ab01", "cd02", "ef03"):
+        assert put(s, tmp_path, key, key.encode())
+    s.memo_put("shard", "raw", "canon:x")
+    rows = Rows(str(root), s._modes)
+    assert len(list(rows.files())) == 4
+    s.drop("ab01")
+    assert not os.path.exists(rows.path("a:ab01"))
+    assert Store(root).get("ab01") is None
+    assert s._index is not None
+    s._index.cache.delete("a:cd02")  # as diskcache culls a row past its budget
+    stray = Path(rows.dir) / "00" / "not-a-row"
+    stray.parent.mkdir(exist_ok=True)
+    stray.write_bytes(b"junk")
+    assert s.trim() == 0  # an eviction pass: nothing to free, but the files are reconciled
+    assert not os.path.exists(rows.path("a:cd02")) and not stray.exists()
+    assert Store(root).get("cd02") is None and Store(root).get("ef03") is not None
+    assert Store(root).memo_get("shard", "raw") == "canon:x"
+    s.clear()
+    assert list(rows.files()) == []
+    assert Store(root).get("ef03") is None and Store(root).memo_get("shard", "raw") is None
+
+
+def test_an_entry_whose_blob_was_evicted_is_dropped_from_its_file_too(tmp_path: Path) -> None:
+    root = tmp_path / "c"
+    s = Store(root)
+    assert put(s, tmp_path, "ab01", b"one")
+    manifest = s.get("ab01")
+    assert manifest is not None
+    digest = manifest.outputs["obj"][0]
+    os.unlink(root / "blobs" / digest[:2] / digest[2:])
+    fresh = Store(root)
+    found = fresh.lookup(["ab01"])  # the row file still names the blob
+    assert not fresh.materialize(found["ab01"], {"obj": str(tmp_path / "out")})
+    assert fresh.lookup(["ab01"]) == {} and Store(root).lookup(["ab01"]) == {}
+
+
+def test_long_and_odd_rows_round_trip(tmp_path: Path) -> None:
+    s = Store(tmp_path / "c")
+    value = "é" + "x" * 200_000  # longer than one read, and kept by diskcache in a file
+    key = "compiler\0/opt/ü/clang\n|123"
+    s.memo_put("compiler-check", key, value)
+    s.close()
+    fresh = Store(tmp_path / "c")
+    assert fresh.memo_get("compiler-check", key) == value
+    assert fresh._index is not None and fresh._index._reader is None  # from the file
+
+
+def test_pending_counts_from_concurrent_links_are_each_added_once(tmp_path: Path) -> None:
+    root = tmp_path / "c"
+    Store(root).close()
+    code = (
+        "import store, sys\n"
+        f"s = store.Store({str(root)!r})\n"
+        "s.record(hits=3, bytes_served=10, jobs_not_cacheable=1)\n"
+    )
+    procs = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(12)]
+    assert [p.wait() for p in procs] == [0] * 12
+    folders = [subprocess.Popen([sys.executable, "-c",
+                                 f"import store; store.Store({str(root)!r}).stats()"])
+               for _ in range(4)]  # fmt: skip  # several processes folding at once
+    assert [p.wait() for p in folders] == [0] * 4
+    stats = Store(root).stats()
+    assert (stats["hits"], stats["bytes_served"], stats["jobs_not_cacheable"]) == (36, 120, 12)
+
+
+def test_bad_pending_files_are_ignored_and_removed(tmp_path: Path) -> None:
+    root = tmp_path / "c"
+    Store(root).record(hits=1)  # a pending file of its own
+    pending = root / "stats" / "pending"
+    (pending / "a").write_bytes(b"hits 2\n\xff\xfe junk\nmisses x\nhits 99999999999999999999999\n")
+    (pending / "b").write_bytes(os.urandom(5000))
+    (pending / "c").write_bytes(b"hits -1\nbytes_served 7")
+    os.mkdir(pending / "d")  # not a file: skipped, left alone
+    stats = Store(root).stats()
+    assert (stats["hits"], stats["misses"], stats["bytes_served"]) == (1 + 2 - 1, 0, 7)
+    assert sorted(os.listdir(pending)) == ["d"]
+
+
+def test_too_many_pending_files_make_a_link_add_its_counts_itself(tmp_path: Path) -> None:
+    root = tmp_path / "c"
+    Store(root).close()
+    pending = root / "stats" / "pending"
+    pending.mkdir(parents=True)
+    for i in range(tally.FOLD_AT):
+        (pending / f"p{i}").write_bytes(b"hits 1\n")
+    s = Store(root)
+    s.record(hits=5)  # opens the database, which folds everything pending
+    assert os.listdir(pending) == []
+    assert Store(root).stats()["hits"] == tally.FOLD_AT + 5
+
+
+def test_counts_survive_an_unwritable_pending_directory(tmp_path: Path) -> None:
+    root = tmp_path / "c"
+    Store(root).close()
+    (root / "stats").mkdir()
+    (root / "stats" / "pending").write_text("a file where the directory should be")
+    s = Store(root)
+    s.record(hits=4)  # no pending file possible: straight into the database
+    assert Store(root).stats()["hits"] == 4
+
+
+def test_the_entry_text_is_what_the_database_holds(tmp_path: Path) -> None:
+    s = Store(tmp_path / "c")
+    assert put(s, tmp_path, "ab01", b"one")
+    assert s._index is not None
+    in_db = s._index.cache.get("a:ab01")
+    rows = Rows(str(tmp_path / "c"), s._modes)
+    assert rows.get("a:ab01") == in_db and json.loads(in_db)["outputs"]
