@@ -9,7 +9,7 @@ import time
 
 import xxhash
 
-from .fsutil import Modes, reflink, temp_name, unlink_quietly, write_all
+from .fsutil import Modes, reflink, rename_into, temp_name, unlink_quietly, write_all
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -157,15 +157,7 @@ class Blobs:
         except BaseException:
             unlink_quietly(tmp_path)
             raise
-        try:
-            try:
-                os.rename(tmp_path, final)
-            except FileNotFoundError:
-                self._modes.makedirs(os.path.dirname(final))
-                os.rename(tmp_path, final)
-        except BaseException:
-            unlink_quietly(tmp_path)
-            raise
+        rename_into(tmp_path, final, self._modes)
         return digest, size, True
 
     def _open_temp(self) -> tuple[int, str]:

@@ -89,6 +89,20 @@ def write_all(fd: int, data: bytes | memoryview) -> None:
         view = view[written:]
 
 
+def rename_into(tmp: str, final: str, modes: Modes) -> None:
+    """Renames a finished temporary file to ``final``, making its directory if needed; on
+    failure the temporary file is removed and the error raised."""
+    try:
+        try:
+            os.rename(tmp, final)
+        except FileNotFoundError:
+            modes.makedirs(os.path.dirname(final))
+            os.rename(tmp, final)
+    except BaseException:
+        unlink_quietly(tmp)
+        raise
+
+
 def unlink_quietly(path: str) -> None:
     """Remove a file that may already be gone."""
     try:

@@ -24,7 +24,7 @@ import os
 
 import xxhash
 
-from .fsutil import temp_name, unlink_quietly, write_all
+from .fsutil import rename_into, temp_name, unlink_quietly, write_all
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -106,15 +106,7 @@ class Rows:
         except FileNotFoundError:
             self._modes.makedirs(self.tmp)
             tmp = self._write_temp(data)
-        try:
-            try:
-                os.rename(tmp, final)
-            except FileNotFoundError:
-                self._modes.makedirs(os.path.dirname(final))
-                os.rename(tmp, final)
-        except BaseException:
-            unlink_quietly(tmp)
-            raise
+        rename_into(tmp, final, self._modes)
 
     def put_many(self, items: Iterable[tuple[str, str]]) -> None:
         for full_key, value in items:
@@ -152,7 +144,8 @@ class Rows:
 
     def keep_only(self, full_keys: set[str]) -> int:
         """Removes the files of rows not in ``full_keys`` (the rows the index still has),
-        and files that hold no row; returns how many."""
+        and files that hold no row; returns how many. A row stored while this runs may lose
+        its file: it is then read from the database once, and given its file again."""
         removed = 0
         for path, full_key in self.files():
             if full_key is None or full_key not in full_keys or self.path(full_key) != path:

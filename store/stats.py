@@ -66,19 +66,7 @@ class Stats:
                 return  # nothing pending (a temporary file is a writer's, or stale)
         except OSError:
             return
-        con = self.con
-        con.execute("BEGIN IMMEDIATE")
-        try:
-            totals = tally.take(self.dir)
-            if totals:
-                con.executemany(_UPSERT, [(k, v) for k, v in totals.items() if v])
-            con.execute("COMMIT")
-        except BaseException:
-            try:
-                con.execute("ROLLBACK")
-            except sqlite3.Error:
-                pass
-            raise
+        self._write([], [], fold=True)
 
     def _connect(self, modes: Modes) -> sqlite3.Connection:
         path = os.path.join(self.dir, _DB)
@@ -123,10 +111,17 @@ class Stats:
         """Set some counters and add to others in one transaction (an eviction pass's result)."""
         self._write([(k, v) for k, v in add.items() if v], list(set_values.items()))
 
-    def _write(self, adds: list[tuple[str, int]], sets: list[tuple[str, int]]) -> None:
+    def _write(
+        self, adds: list[tuple[str, int]], sets: list[tuple[str, int]], fold: bool = False
+    ) -> None:
+        """One transaction; with ``fold``, the pending files are read, removed and added in it."""
         con = self.con
         con.execute("BEGIN IMMEDIATE")
         try:
+            if fold:
+                from . import tally
+
+                adds = adds + [(k, v) for k, v in tally.take(self.dir).items() if v]
             if sets:
                 con.executemany("INSERT OR REPLACE INTO counters (name, value) VALUES (?, ?)", sets)
             if adds:

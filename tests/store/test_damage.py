@@ -91,10 +91,13 @@ def test_verify_drops_corrupt_blobs_and_their_entries(tmp_path: Path) -> None:
     assert again.blobs_corrupt == 0 and again.entries_dropped == 0
 
 
-def test_garbage_index_database(tmp_path: Path) -> None:
+def _with_garbage_index_database(tmp_path: Path, row_files: bool) -> tuple[Store, Warnings]:
+    """A store holding aa01 whose index database was overwritten with garbage, reopened."""
     s = Store(tmp_path / "c")
     assert put(s, tmp_path, "aa01", b"x" * 100)
     s.close()
+    if not row_files:
+        shutil.rmtree(tmp_path / "c" / "rows")
     db = tmp_path / "c" / "index" / "cache.db"
     for extra in ("-wal", "-shm"):
         Path(str(db) + extra).unlink(missing_ok=True)
@@ -102,6 +105,11 @@ def test_garbage_index_database(tmp_path: Path) -> None:
     w = Warnings()
     s = Store(tmp_path / "c", warn=w)
     assert s.usable
+    return s, w
+
+
+def test_garbage_index_database(tmp_path: Path) -> None:
+    s, w = _with_garbage_index_database(tmp_path, row_files=True)
     found = s.get("aa01")  # its row file answers: the database is not even opened
     assert found is not None and s.materialize(found, {"obj": str(tmp_path / "out")})
     assert (tmp_path / "out").read_bytes() == b"x" * 100 and w.text() == ""
@@ -113,17 +121,7 @@ def test_garbage_index_database(tmp_path: Path) -> None:
 
 
 def test_garbage_index_database_without_row_files(tmp_path: Path) -> None:
-    s = Store(tmp_path / "c")
-    assert put(s, tmp_path, "aa01", b"x" * 100)
-    s.close()
-    shutil.rmtree(tmp_path / "c" / "rows")
-    db = tmp_path / "c" / "index" / "cache.db"
-    for extra in ("-wal", "-shm"):
-        Path(str(db) + extra).unlink(missing_ok=True)
-    db.write_bytes(b"this is not a database" * 500)
-    w = Warnings()
-    s = Store(tmp_path / "c", warn=w)
-    assert s.usable
+    s, w = _with_garbage_index_database(tmp_path, row_files=False)
     assert s.get("aa01") is None  # read from the database: damage found, a miss
     assert "index database" in w.text()
     assert s.stats()["corruptions"] == 1
