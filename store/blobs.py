@@ -164,17 +164,13 @@ class Blobs:
         path = temp_name(self.tmp, "blob")
         return os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, self._modes.file), path
 
-    def copy_out(
-        self, digest: str, size: int, dest: str, link: bool = False, stage: str | None = None
-    ) -> str:
+    def copy_out(self, digest: str, size: int, dest: str, link: bool = False) -> str:
         """Write the blob to `dest` atomically, reflinked when possible; verify every byte served.
 
         The destination is a fresh file renamed over `dest`, never a link to the store's file,
-        so whoever later writes to the output cannot damage the store. It is made in `stage`
-        when given (a directory on `dest`'s file system, see :meth:`stage`), else beside
-        `dest`. With `link` (the store's opt-in ``hard_link``), `dest` becomes a hard link to
-        the verified blob: no new inode, no bytes written; where the file system refuses the
-        link, a copy as above.
+        so whoever later writes to the output cannot damage the store. With `link` (the
+        store's opt-in ``hard_link``), `dest` becomes a hard link to the verified blob: no new
+        inode, no bytes written; where the file system refuses the link, a copy as above.
         """
         path = self.path(digest)
         try:
@@ -190,7 +186,7 @@ class Blobs:
                 linked = self._link_out(src, path, st, digest, dest)
                 if linked is not None:
                     return linked
-            directory = stage or os.path.dirname(dest) or "."
+            directory = os.path.dirname(dest) or "."
             tmp = temp_name(directory, os.path.basename(dest))
             out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
             try:
@@ -225,33 +221,6 @@ class Blobs:
             return Outcome.OK
         finally:
             os.close(src)
-
-    def stage(self) -> str | None:
-        """A new, empty directory in tmp/ to make copies in before they are renamed to their
-        outputs, or None if it cannot be made. Where a file system puts a new file depends on
-        its directory: on ext4 without a journal (this project's build machines), a new file
-        in a directory where many files were deleted in the last seconds is slow to create
-        (the allocator passes over recently freed inodes), and LLD deletes the previous link's
-        outputs, shards and archive members in the link's directory. :meth:`unstage` removes
-        the stage."""
-        path = temp_name(self.tmp, "stage")
-        try:
-            try:
-                os.mkdir(path, 0o700)
-            except FileNotFoundError:
-                self._modes.makedirs(self.tmp)
-                os.mkdir(path, 0o700)
-        except OSError:
-            return None
-        return path
-
-    @staticmethod
-    def unstage(path: str) -> None:
-        """Removes a stage; one a failed placing left files in goes with the temp sweep."""
-        try:
-            os.rmdir(path)
-        except OSError:
-            pass
 
     def _link_out(
         self, src: int, path: str, st: os.stat_result, digest: str, dest: str
@@ -336,28 +305,11 @@ class Blobs:
         for entry in entries:
             try:
                 st = entry.stat(follow_symlinks=False)
-                if now - st.st_mtime <= older_than:
-                    continue
-                if entry.is_dir(follow_symlinks=False):  # a stage a killed link left
-                    freed += self._sweep_stage(entry.path)
-                else:
+                if now - st.st_mtime > older_than:
                     os.unlink(entry.path)
                     freed += st.st_size
             except OSError:
                 continue
-        return freed
-
-    @staticmethod
-    def _sweep_stage(path: str) -> int:
-        freed = 0
-        for entry in os.scandir(path):
-            try:
-                size = entry.stat(follow_symlinks=False).st_size
-                os.unlink(entry.path)
-                freed += size
-            except OSError:
-                continue
-        os.rmdir(path)
         return freed
 
 

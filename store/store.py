@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import stat
 import time
 
 from .blobs import Blobs, Outcome
@@ -26,11 +25,6 @@ DEFAULT_MAX_SIZE = 5 * 2**30
 #: Outputs per process when placing many (materialize_many): a fork and a worker's results
 #: cost a few milliseconds, the placing of ~50-100 outputs.
 FORK_MIN_OUTPUTS = 128
-#: Outputs from which copies are made in a new directory and renamed to their outputs
-#: (Blobs.stage): in a large link's directory, where LLD has just deleted two files per job,
-#: a new file costs 0.1-0.3 ms on ext4 without a journal, about half that in a stage; with a
-#: few dozen outputs, the link's directory is the cheaper place (measured side by side).
-STAGE_MIN_OUTPUTS = 128
 
 
 def _read_only(path: str) -> bool:
@@ -200,16 +194,14 @@ class Store:
                     break
                 plans.append((n, ref[0], ref[1], os.fspath(dest)))
         hard_link = self.hard_link
-        stage, staged = self._stage(plans) if plans and not hard_link else (None, set())
 
         def work(share: Sequence[int]) -> list[Any]:
             done: list[Any] = []
             for j in share:
                 _, digest, size, dest = plans[j]
                 started = time.monotonic()
-                here = stage if (os.path.dirname(dest) or ".") in staged else None
                 try:
-                    outcome: Any = self._blobs.copy_out(digest, size, dest, hard_link, here)
+                    outcome: Any = self._blobs.copy_out(digest, size, dest, hard_link)
                 except OSError as e:  # told to this process, which reports it
                     outcome = [e.errno, e.strerror, e.filename]
                 done.append([outcome, time.monotonic() - started])
@@ -233,9 +225,6 @@ class Store:
         except Exception as error:  # the store promises not to raise: all misses, then
             self._fail("cannot copy a cached output", error)
             return [None] * len(items)
-        finally:
-            if stage is not None:
-                self._blobs.unstage(stage)
         took: list[float | None] = [0.0] * len(items)
         for n in unplaceable:
             took[n] = None
@@ -256,33 +245,6 @@ class Store:
                 )
                 self._count(corruptions=1, size=-size)
         return took
-
-    def _stage(self, plans: Sequence[tuple[int, str, int, str]]) -> tuple[str | None, set[str]]:
-        """A stage for the copies (Blobs.stage) and the output directories it serves: those on
-        its file system (a copy is renamed to its output) whose new files take the creator's
-        group (not setgid). None for fewer than STAGE_MIN_OUTPUTS outputs, and in a
-        group-shared cache (a copy made in it would take the cache's group)."""
-        if self._modes.group_shared or len(plans) < STAGE_MIN_OUTPUTS:
-            return None, set()
-        stage = self._blobs.stage()
-        if stage is None:
-            return None, set()
-        try:
-            device = os.stat(stage).st_dev
-        except OSError:
-            return None, set()
-        staged = set()
-        for directory in {os.path.dirname(p[3]) or "." for p in plans}:
-            try:
-                st = os.stat(directory)
-                if st.st_dev == device and not st.st_mode & stat.S_ISGID:
-                    staged.add(directory)
-            except OSError:
-                continue
-        if not staged:
-            self._blobs.unstage(stage)
-            return None, set()
-        return stage, staged
 
     def drop(self, key: str) -> None:
         """Forget the entry for `key` (its blobs go when nothing else refers to them)."""
