@@ -33,6 +33,8 @@ if TYPE_CHECKING:
     from .fsutil import Modes
 
 _READ = 1 << 16
+#: O_NONBLOCK: a FIFO put where a row file belongs reads as empty (absent), never blocks.
+_OPEN = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
 _ENCODING = "utf-8"
 _ERRORS = "surrogatepass"  # any str a key or value can be round-trips
 
@@ -65,7 +67,7 @@ class Rows:
     def get(self, full_key: str) -> str | None:
         """The row's value, or None when there is no file or it holds something else."""
         try:
-            fd = os.open(self.path(full_key), os.O_RDONLY | os.O_CLOEXEC)
+            fd = os.open(self.path(full_key), _OPEN)
         except OSError:
             return None
         try:
@@ -157,7 +159,7 @@ class Rows:
 def _key_of(path: str) -> str | None:
     """The key a row file holds, None if the file is unreadable or not a row file."""
     try:
-        with open(path, "rb") as f:
+        with open(os.open(path, _OPEN), "rb") as f:
             body = _checked(f.read())
         if body is None:
             return None
