@@ -85,6 +85,8 @@ def take(stats_dir: str, stale_after: float = 3600.0) -> dict[str, int]:
             except OSError:
                 pass
             continue
+        if not entry.is_file(follow_symlinks=False):
+            continue  # not a pending file (a FIFO would block the read): left alone
         try:
             with open(entry.path, "rb") as f:
                 data = f.read(_MAX_FILE)

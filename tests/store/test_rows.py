@@ -204,9 +204,10 @@ def test_bad_pending_files_are_ignored_and_removed(tmp_path: Path) -> None:
     (pending / "b").write_bytes(os.urandom(5000))
     (pending / "c").write_bytes(b"hits -1\nbytes_served 7")
     os.mkdir(pending / "d")  # not a file: skipped, left alone
+    os.mkfifo(pending / "f")  # nor a FIFO, which would block the read
     stats = Store(root).stats()
     assert (stats["hits"], stats["misses"], stats["bytes_served"]) == (1 + 2 - 1, 0, 7)
-    assert sorted(os.listdir(pending)) == ["d"]
+    assert sorted(os.listdir(pending)) == ["d", "f"]
 
 
 def test_too_many_pending_files_make_a_link_add_its_counts_itself(tmp_path: Path) -> None:
