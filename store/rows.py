@@ -132,6 +132,10 @@ class Rows:
 
     def files(self) -> Iterator[tuple[str, str | None]]:
         """(path, the key it holds or None when unreadable), for maintenance passes."""
+        for path in self._paths():
+            yield path, _key_of(path)
+
+    def _paths(self) -> Iterator[str]:
         try:
             tops = sorted(os.scandir(self.dir), key=lambda e: e.name)
         except FileNotFoundError:
@@ -142,14 +146,15 @@ class Rows:
             except (NotADirectoryError, FileNotFoundError):
                 continue
             for entry in entries:
-                yield entry.path, _key_of(entry.path)
+                yield entry.path
 
     def keep_only(self, full_keys: set[str]) -> int:
         """Removes the files of rows not in ``full_keys`` (the rows the index still has),
         and files that hold no row; returns how many. A row stored while this runs may lose
         its file: it is then read from the database once, and given its file again."""
         removed = 0
-        for path, full_key in self.files():
+        for path in self._paths():
+            full_key = _key_of(path) if full_keys else None  # none kept: no need to read
             if full_key is None or full_key not in full_keys or self.path(full_key) != path:
                 unlink_quietly(path)
                 removed += 1
