@@ -9,7 +9,15 @@ import time
 
 import xxhash
 
-from .fsutil import Modes, reflink, rename_into, temp_name, unlink_quietly, write_all
+from .fsutil import (
+    Modes,
+    reflink,
+    rename_into,
+    spread_subdirectories,
+    temp_name,
+    unlink_quietly,
+    write_all,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -81,6 +89,7 @@ class Blobs:
         self.dir = os.path.join(root, "blobs")
         self.tmp = os.path.join(root, "tmp")
         self._modes = modes
+        self._spread = False  # tmp/ marked for spreading its subdirectories (stage)
 
     def path(self, digest: str) -> str:
         """Where the blob with this digest lives (two-level fan-out keeps directories small)."""
@@ -164,13 +173,17 @@ class Blobs:
         path = temp_name(self.tmp, "blob")
         return os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, self._modes.file), path
 
-    def copy_out(self, digest: str, size: int, dest: str, link: bool = False) -> str:
+    def copy_out(
+        self, digest: str, size: int, dest: str, link: bool = False, stage: str | None = None
+    ) -> str:
         """Write the blob to `dest` atomically, reflinked when possible; verify every byte served.
 
         The destination is a fresh file renamed over `dest`, never a link to the store's file,
-        so whoever later writes to the output cannot damage the store. With `link` (the
-        store's opt-in ``hard_link``), `dest` becomes a hard link to the verified blob: no new
-        inode, no bytes written; where the file system refuses the link, a copy as above.
+        so whoever later writes to the output cannot damage the store. It is made in `stage`
+        when given (a directory on `dest`'s file system, see :meth:`stage`), else beside
+        `dest`. With `link` (the store's opt-in ``hard_link``), `dest` becomes a hard link to
+        the verified blob: no new inode, no bytes written; where the file system refuses the
+        link, a copy as above.
         """
         path = self.path(digest)
         try:
@@ -186,7 +199,7 @@ class Blobs:
                 linked = self._link_out(src, path, st, digest, dest)
                 if linked is not None:
                     return linked
-            directory = os.path.dirname(dest) or "."
+            directory = stage or os.path.dirname(dest) or "."
             tmp = temp_name(directory, os.path.basename(dest))
             out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
             try:
@@ -221,6 +234,40 @@ class Blobs:
             return Outcome.OK
         finally:
             os.close(src)
+
+    def stage(self) -> str | None:
+        """A new, empty directory in tmp/ to make copies in before they are renamed to their
+        outputs, or None if it cannot be made. Where a file system puts a new file depends on
+        its directory: on ext4 without a journal (this project's build machines), a new file
+        in a directory where many files were deleted in the last seconds is slow to create
+        (the allocator passes over recently freed inodes), and LLD deletes the previous link's
+        outputs, shards and archive members in the link's directory. tmp/ is marked as the top
+        of a directory hierarchy (:func:`fsutil.spread_subdirectories`), so ext2/3/4 put each
+        stage in a block group of their own choosing, as they do for directories at the file
+        system's root: not where earlier links' outputs were made and deleted (without the
+        mark, every stage sat beside tmp/ and was as slow as the link's directory).
+        :meth:`unstage` removes the stage."""
+        path = temp_name(self.tmp, "stage")
+        try:
+            try:
+                os.mkdir(path, 0o700)
+            except FileNotFoundError:
+                self._modes.makedirs(self.tmp)
+                os.mkdir(path, 0o700)
+        except OSError:
+            return None
+        if not self._spread:
+            self._spread = True
+            spread_subdirectories(self.tmp)
+        return path
+
+    @staticmethod
+    def unstage(path: str) -> None:
+        """Removes a stage; one a failed placing left files in goes with the temp sweep."""
+        try:
+            os.rmdir(path)
+        except OSError:
+            pass
 
     def _link_out(
         self, src: int, path: str, st: os.stat_result, digest: str, dest: str
@@ -305,11 +352,28 @@ class Blobs:
         for entry in entries:
             try:
                 st = entry.stat(follow_symlinks=False)
-                if now - st.st_mtime > older_than:
+                if now - st.st_mtime <= older_than:
+                    continue
+                if entry.is_dir(follow_symlinks=False):  # a stage a killed link left
+                    freed += self._sweep_stage(entry.path)
+                else:
                     os.unlink(entry.path)
                     freed += st.st_size
             except OSError:
                 continue
+        return freed
+
+    @staticmethod
+    def _sweep_stage(path: str) -> int:
+        freed = 0
+        for entry in os.scandir(path):
+            try:
+                size = entry.stat(follow_symlinks=False).st_size
+                os.unlink(entry.path)
+                freed += size
+            except OSError:
+                continue
+        os.rmdir(path)
         return freed
 
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
+import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -346,6 +349,123 @@ def test_materialize_many_places_verifies_and_reports_here(tmp_path: Path, worke
     assert s.get(keys[7]) is not None and s.get(keys[8]) is not None  # not the entry's fault
     assert s.stats()["corruptions"] == 1
     assert "damaged" in w.text() and w.text().count("cannot copy a cached output") == 1
+    assert os.listdir(tmp_path / "c" / "tmp") == []  # the stage the copies were made in: gone
+
+
+def test_large_placings_copy_through_a_stage_where_they_may(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Copies are made in a new directory and renamed to their outputs (store.blobs.stage)
+    only into directories on the cache's file system whose new files take the creator's
+    group: not into another file system (/dev/shm), nor a setgid directory, whose files
+    take its group."""
+    import grp
+
+    from store.store import STAGE_MIN_OUTPUTS
+
+    s = Store(tmp_path / "c")
+    count = STAGE_MIN_OUTPUTS + 2
+    keys = [f"{i:04x}" for i in range(count)]
+    for i, key in enumerate(keys):
+        assert put(s, tmp_path, key, content(key, 50 + i))
+    manifests = [s.get(k) for k in keys]
+    plain, setgid = tmp_path / "plain", tmp_path / "setgid"
+    plain.mkdir()
+    setgid.mkdir()
+    other_group = next((g.gr_gid for g in grp.getgrall() if g.gr_gid != os.getgid()), None)
+    if other_group is not None and os.geteuid() == 0:
+        os.chown(setgid, -1, other_group)
+    setgid.chmod(0o2755)
+    shm = Path("/dev/shm")
+    elsewhere = shm.is_dir() and os.stat(shm).st_dev != os.stat(tmp_path).st_dev
+    dirs = [plain, setgid] + ([shm / f"cached-dist-test-{os.getpid()}"] if elsewhere else [])
+    for d in dirs[2:]:
+        d.mkdir()
+    used: dict[str, str | None] = {}
+    copy_out = s._blobs.copy_out
+
+    def spy(digest: str, size: int, dest: str, link: bool = False, stage: str | None = None) -> str:
+        used[dest] = stage
+        return copy_out(digest, size, dest, link, stage)
+
+    monkeypatch.setattr(s._blobs, "copy_out", spy)
+    dests = [{"obj": str(dirs[i % len(dirs)] / f"{k}.o")} for i, k in enumerate(keys)]
+    try:
+        took = s.materialize_many([(m, d) for m, d in zip(manifests, dests, strict=True) if m])
+        assert all(t is not None for t in took)
+        for i, (key, dest) in enumerate(zip(keys, dests, strict=True)):
+            placed = Path(dest["obj"])
+            assert placed.read_bytes() == content(key, 50 + i)
+            assert (used[dest["obj"]] is not None) == (placed.parent == plain)
+            assert placed.stat().st_gid == placed.parent.stat().st_gid
+        assert len({v for v in used.values() if v}) == 1
+        assert os.listdir(tmp_path / "c" / "tmp") == []
+    finally:
+        for d in dirs[2:]:
+            shutil.rmtree(d)
+
+
+def test_a_stage_another_mount_refuses_leaves_copies_beside_their_outputs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bind mount is the same file system (same st_dev) but refuses renames from another
+    mount (EXDEV): the copies are then made beside their outputs, every hit still served."""
+    from store.store import STAGE_MIN_OUTPUTS
+
+    s = Store(tmp_path / "c")
+    keys = [f"{i:04x}" for i in range(STAGE_MIN_OUTPUTS + 4)]
+    for i, key in enumerate(keys):
+        assert put(s, tmp_path, key, content(key, 40 + i))
+    manifests = [s.get(k) for k in keys]
+    out = tmp_path / "out"
+    out.mkdir()
+    real_rename = os.rename
+    refused: list[str] = []
+
+    def rename(src: str, dst: str) -> None:
+        if "/tmp/.stage." in str(src) and str(dst).startswith(str(out)):
+            refused.append(str(src))
+            raise OSError(errno.EXDEV, "Invalid cross-device link", str(src))
+        real_rename(src, dst)
+
+    monkeypatch.setattr(os, "rename", rename)
+    w = Warnings()
+    s._problems._warn = w
+    items = [(m, {"obj": str(out / f"{k}.o")}) for m, k in zip(manifests, keys, strict=True) if m]
+    took = s.materialize_many(items)
+    assert all(t is not None for t in took) and w.text() == ""
+    assert len(refused) == 1  # the first refusal takes the directory off the stage
+    for i, key in enumerate(keys):
+        assert (out / f"{key}.o").read_bytes() == content(key, 40 + i)
+    assert os.listdir(tmp_path / "c" / "tmp") == []
+
+
+def test_the_cache_tmp_directory_spreads_its_stages(tmp_path: Path) -> None:
+    """tmp/ is marked FS_TOPDIR_FL where the file system has the flag (ext2/3/4): what puts
+    each stage away from where earlier links' copies were made and deleted."""
+    from store.fsutil import spread_subdirectories
+
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    if not spread_subdirectories(str(probe)):
+        pytest.skip("this file system has no FS_TOPDIR_FL")
+    s = Store(tmp_path / "c")
+    assert s._blobs.stage() is not None
+    flags = subprocess.run(["lsattr", "-d", str(tmp_path / "c" / "tmp")], capture_output=True,
+                           text=True, check=True).stdout.split()[0]  # fmt: skip
+    assert "T" in flags
+
+
+def test_a_stage_a_killed_link_left_goes_with_the_temp_sweep(tmp_path: Path) -> None:
+    s = Store(tmp_path / "c")
+    stage = s._blobs.stage()
+    assert stage is not None
+    Path(stage, ".half-copied.o.tmp").write_bytes(b"x" * 100)
+    s.trim()
+    assert os.path.isdir(stage)  # young: a link may be placing in it right now
+    old = time.time() - 2 * 3600
+    os.utime(stage, (old, old))
+    assert s.trim() >= 100 and not os.path.exists(stage)
 
 
 def test_materialize_many_turns_an_unexpected_failure_into_misses(
