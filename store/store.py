@@ -552,6 +552,7 @@ class Store:
         stats = self._stats() if self._index is not None else None
         try:
             if stats is not None:
+                stats.fold()  # what links left pending since this process opened it
                 counts = stats.all()
             if self._index is not None:
                 entries = self._index.count_entries()

@@ -196,6 +196,20 @@ def test_pending_counts_from_concurrent_links_are_each_added_once(tmp_path: Path
     assert (stats["hits"], stats["bytes_served"], stats["jobs_not_cacheable"]) == (36, 120, 12)
 
 
+def test_a_long_lived_store_sees_counts_left_after_it_opened_its_database(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "c"
+    watcher = Store(root)
+    assert watcher.stats()["hits"] == 0  # its statistics database is open from now on
+    code = f"import store; store.Store({str(root)!r}).record(hits=7)"
+    subprocess.run(
+        [sys.executable, "-c", code], check=True, cwd=Path(__file__).parent.parent.parent
+    )
+    assert os.listdir(root / "stats" / "pending")  # left as a file by the link
+    assert watcher.stats()["hits"] == 7
+
+
 def test_bad_pending_files_are_ignored_and_removed(tmp_path: Path) -> None:
     root = tmp_path / "c"
     Store(root).record(hits=1)  # a pending file of its own
