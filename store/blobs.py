@@ -11,6 +11,7 @@ import xxhash
 
 from .fsutil import (
     Modes,
+    TempFile,
     reflink,
     rename_into,
     spread_subdirectories,
@@ -49,39 +50,6 @@ class BlobInfo:
         self.mtime = mtime
 
 
-class TempFile:
-    """A new temporary file in tmp/ (made if a clear or a fresh store removed it), in the
-    store's file mode, closed on the way out and removed if the block fails: a failed put
-    leaves nothing behind. (A class: contextlib costs a cached link an import it has no other
-    use for.)"""
-
-    def __init__(self, blobs: Blobs) -> None:
-        self.blobs = blobs
-        self.fd = -1
-        self.path = ""
-
-    def __enter__(self) -> tuple[int, str]:
-        blobs = self.blobs
-        try:
-            self.fd, self.path = blobs._open_temp()
-        except FileNotFoundError:
-            blobs._modes.makedirs(blobs.tmp)
-            self.fd, self.path = blobs._open_temp()
-        return self.fd, self.path
-
-    def __exit__(self, kind: object, error: object, trace: object) -> None:
-        try:
-            if kind is None:
-                self.blobs._modes.fix_file(self.fd)
-        except BaseException:
-            os.close(self.fd)
-            unlink_quietly(self.path)
-            raise
-        os.close(self.fd)
-        if kind is not None:
-            unlink_quietly(self.path)
-
-
 class Blobs:
     """Immutable files under blobs/ab/cdef..., named by the XXH3-128 digest of their content."""
 
@@ -104,7 +72,7 @@ class Blobs:
 
     def temp_file(self) -> TempFile:
         """A new temporary file in tmp/, as ``with blobs.temp_file() as (fd, path)``."""
-        return TempFile(self)
+        return TempFile(self.tmp, self._modes, "blob")
 
     def ingest(self, source: str) -> tuple[str, int, bool]:
         """Copy `source` into the store; return (digest, size, newly stored).
@@ -168,10 +136,6 @@ class Blobs:
             raise
         rename_into(tmp_path, final, self._modes)
         return digest, size, True
-
-    def _open_temp(self) -> tuple[int, str]:
-        path = temp_name(self.tmp, "blob")
-        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, self._modes.file), path
 
     def copy_out(
         self, digest: str, size: int, dest: str, link: bool = False, stage: str | None = None

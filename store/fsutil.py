@@ -64,6 +64,45 @@ def temp_name(directory: str, base: str) -> str:
     return os.path.join(directory, f".{base}.{os.getpid()}.{os.urandom(6).hex()}.tmp")
 
 
+class TempFile:
+    """A new temporary file in ``directory`` (made if a clear or a fresh store removed it), in
+    the store's file mode, closed on the way out and removed if the block fails: a failed
+    write leaves nothing behind. ``with TempFile(...) as (fd, path)``; the caller renames it.
+    (A class: contextlib costs a cached link an import it has no other use for.)"""
+
+    def __init__(self, directory: str, modes: Modes, base: str) -> None:
+        self.directory = directory
+        self.modes = modes
+        self.base = base
+        self.fd = -1
+        self.path = ""
+
+    def _open(self) -> None:
+        self.path = temp_name(self.directory, self.base)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
+                          self.modes.file)  # fmt: skip
+
+    def __enter__(self) -> tuple[int, str]:
+        try:
+            self._open()
+        except FileNotFoundError:
+            self.modes.makedirs(self.directory)
+            self._open()
+        return self.fd, self.path
+
+    def __exit__(self, kind: object, error: object, trace: object) -> None:
+        try:
+            if kind is None:
+                self.modes.fix_file(self.fd)
+        except BaseException:
+            os.close(self.fd)
+            unlink_quietly(self.path)
+            raise
+        os.close(self.fd)
+        if kind is not None:
+            unlink_quietly(self.path)
+
+
 def reflink(dst_fd: int, src_fd: int) -> bool:
     """Clone `src_fd` into `dst_fd` when the file system can; False means copy instead."""
     global _reflink_ok

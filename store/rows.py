@@ -24,7 +24,7 @@ import os
 
 import xxhash
 
-from .fsutil import rename_into, temp_name, unlink_quietly, write_all
+from .fsutil import TempFile, rename_into, unlink_quietly, write_all
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -103,29 +103,13 @@ class Rows:
         final = self.path(full_key)
         body = _header(full_key) + value.encode(_ENCODING, _ERRORS)
         data = b"%016x\n" % xxhash.xxh3_64_intdigest(body) + body
-        try:
-            tmp = self._write_temp(data)
-        except FileNotFoundError:
-            self._modes.makedirs(self.tmp)
-            tmp = self._write_temp(data)
+        with TempFile(self.tmp, self._modes, "row") as (fd, tmp):
+            write_all(fd, data)
         rename_into(tmp, final, self._modes)
 
     def put_many(self, items: Iterable[tuple[str, str]]) -> None:
         for full_key, value in items:
             self.put(full_key, value)
-
-    def _write_temp(self, data: bytes) -> str:
-        path = temp_name(self.tmp, "row")
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, self._modes.file)
-        try:
-            self._modes.fix_file(fd)
-            write_all(fd, data)
-        except BaseException:
-            os.close(fd)
-            unlink_quietly(path)
-            raise
-        os.close(fd)
-        return path
 
     def drop(self, full_key: str) -> None:
         unlink_quietly(self.path(full_key))

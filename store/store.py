@@ -208,7 +208,7 @@ class Store:
             for j in share:
                 _, digest, size, dest = plans[j]
                 started = time.monotonic()
-                directory = os.path.dirname(dest) or "."
+                directory = (os.path.dirname(dest) or ".") if stage is not None else ""
                 here = stage if directory in staged else None
                 try:
                     try:

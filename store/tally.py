@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 
-from .fsutil import temp_name, unlink_quietly, write_all
+from .fsutil import TempFile, rename_into, write_all
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -49,17 +49,11 @@ def leave(stats_dir: str, modes: Modes, deltas: Mapping[str, int]) -> bool:
     except OSError:
         return False
     data = "".join(f"{name} {value}\n" for name, value in rows).encode()
-    tmp = temp_name(directory, "counts")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, modes.file)
-        try:
-            modes.fix_file(fd)
+        with TempFile(directory, modes, "counts") as (fd, tmp):
             write_all(fd, data)
-        finally:
-            os.close(fd)
-        os.rename(tmp, os.path.join(directory, os.path.basename(tmp)[1:-4]))
+        rename_into(tmp, os.path.join(directory, os.path.basename(tmp)[1:-4]), modes)
     except OSError:
-        unlink_quietly(tmp)
         return False
     return True
 
