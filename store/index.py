@@ -215,11 +215,35 @@ class Index:
     def _backfill(self, items: list[tuple[str, str]]) -> None:
         """Row files for rows read from the database (stored before the files existed, or
         whose file was lost): the next link reads them without it. Best effort: a
-        read-only cache still serves."""
+        read-only cache still serves.
+
+        A row dropped (or replaced) after it was read must not come back as its file, which
+        is read before the database from then on. So once the files are in place the rows
+        are read again, and a file whose row is gone or changed is taken back. A drop deletes
+        the row before its file (drop_entry): if that unlink came before our rename, its
+        delete came before our second read, which sees it; if after, it removed our file.
+        A process killed between rename and second read leaves a file for reconcile.
+        """
+        written: list[tuple[str, str]] = []
         try:
-            self.rows.put_many(items)
+            for full_key, value in items:
+                self.rows.put(full_key, value)
+                written.append((full_key, value))
         except OSError:
             pass
+        if not written:
+            return
+        from .sql import sqlite3
+
+        now: dict[str, Any] = {}
+        try:
+            now = self._read_many_db([full_key for full_key, _ in written])
+        except (sqlite3.Error, OSError):
+            pass  # unconfirmed: taken back below; the rows read before still stand
+        finally:
+            for full_key, value in written:
+                if now.get(full_key) != value:
+                    self.rows.discard(full_key, value)
 
     def _run(self, op: Callable[[diskcache.Cache], T]) -> T:
         from .sql import sqlite3
@@ -269,8 +293,12 @@ class Index:
         self.rows.put_many((_ENTRY + key, text) for key, text in items)
 
     def drop_entry(self, key: str) -> None:
-        self.rows.drop(_ENTRY + key)
-        self._run(lambda c: c.delete(_ENTRY + key))
+        """The row, then its file: the other order lets a reader that misses the file copy
+        the row back to it before the row goes (see _backfill)."""
+        try:
+            self._run(lambda c: c.delete(_ENTRY + key))
+        finally:
+            self.rows.drop(_ENTRY + key)
 
     def get_memo(self, namespace: str, key: str) -> Any:
         return self._read(f"{_MEMO}{namespace}:{key}")
@@ -313,7 +341,7 @@ class Index:
         return int(self._run(lambda c: c.volume()))
 
     def clear(self) -> None:
-        self._run(lambda c: c.clear())
+        self._run(lambda c: c.clear())  # the rows before their files, as drop_entry
         self.rows.keep_only(set())
 
     def reconcile(self) -> int:

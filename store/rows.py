@@ -44,6 +44,32 @@ def _header(full_key: str) -> bytes:
     return b"%d\n" % len(key) + key
 
 
+def _encoded(full_key: str, value: str) -> bytes:
+    body = _header(full_key) + value.encode(_ENCODING, _ERRORS)
+    return b"%016x\n" % xxhash.xxh3_64_intdigest(body) + body
+
+
+def _read_file(path: str) -> bytes | None:
+    """A file's bytes, None if unreadable. Raw reads: on a FIFO a writer holds open, a
+    buffered read returns None; os.read fails with EAGAIN, which reads as absent too."""
+    try:
+        fd = os.open(path, _OPEN)
+    except OSError:
+        return None
+    try:
+        data = os.read(fd, _READ)
+        if len(data) == _READ:  # a long row (an entry with a compiler's messages)
+            chunks = [data]
+            while chunk := os.read(fd, _READ):
+                chunks.append(chunk)
+            data = b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return data
+
+
 def _checked(data: bytes) -> bytes | None:
     """The row (key header and value) in a file's bytes, None if they fail their digest."""
     if len(data) < 17 or data[16:17] != b"\n":
@@ -66,21 +92,9 @@ class Rows:
 
     def get(self, full_key: str) -> str | None:
         """The row's value, or None when there is no file or it holds something else."""
-        try:
-            fd = os.open(self.path(full_key), _OPEN)
-        except OSError:
+        data = _read_file(self.path(full_key))
+        if data is None:
             return None
-        try:
-            data = os.read(fd, _READ)
-            if len(data) == _READ:  # a long row (an entry with a compiler's messages)
-                chunks = [data]
-                while chunk := os.read(fd, _READ):
-                    chunks.append(chunk)
-                data = b"".join(chunks)
-        except OSError:
-            return None
-        finally:
-            os.close(fd)
         body = _checked(data)
         header = _header(full_key)
         if body is None or not body.startswith(header):
@@ -101,10 +115,8 @@ class Rows:
 
     def put(self, full_key: str, value: str) -> None:
         final = self.path(full_key)
-        body = _header(full_key) + value.encode(_ENCODING, _ERRORS)
-        data = b"%016x\n" % xxhash.xxh3_64_intdigest(body) + body
         with TempFile(self.tmp, self._modes, "row") as (fd, tmp):
-            write_all(fd, data)
+            write_all(fd, _encoded(full_key, value))
         rename_into(tmp, final, self._modes)
 
     def put_many(self, items: Iterable[tuple[str, str]]) -> None:
@@ -113,6 +125,15 @@ class Rows:
 
     def drop(self, full_key: str) -> None:
         unlink_quietly(self.path(full_key))
+
+    def discard(self, full_key: str, value: str) -> None:
+        """Removes the row's file only if it holds exactly ``value`` (what this process put
+        there): a file another process put since is its to keep or take back. Between the
+        check and the unlink another's file may be lost; its row is then read from the
+        database once, never served stale."""
+        path = self.path(full_key)
+        if _read_file(path) == _encoded(full_key, value):
+            unlink_quietly(path)
 
     def files(self) -> Iterator[tuple[str, str | None]]:
         """(path, the key it holds or None when unreadable), for maintenance passes."""
@@ -147,17 +168,17 @@ class Rows:
 
 def _key_of(path: str) -> str | None:
     """The key a row file holds, None if the file is unreadable or not a row file."""
+    data = _read_file(path)
+    body = None if data is None else _checked(data)
+    if body is None:
+        return None
+    length_text, newline, rest = body.partition(b"\n")
+    if not newline or not length_text.isdigit() or len(length_text) > 8:
+        return None
+    key = rest[: int(length_text)]
+    if len(key) != int(length_text):
+        return None
     try:
-        with open(os.open(path, _OPEN), "rb") as f:
-            body = _checked(f.read())
-        if body is None:
-            return None
-        length_text, newline, rest = body.partition(b"\n")
-        if not newline or not length_text.isdigit() or len(length_text) > 8:
-            return None
-        key = rest[: int(length_text)]
-        if len(key) != int(length_text):
-            return None
         return key.decode(_ENCODING, _ERRORS)
-    except (OSError, UnicodeDecodeError):
+    except UnicodeDecodeError:
         return None

@@ -254,3 +254,104 @@ def test_the_entry_text_is_what_the_database_holds(tmp_path: Path) -> None:
     in_db = s._index.cache.get("a:ab01")
     rows = Rows(str(tmp_path / "c"), s._modes)
     assert rows.get("a:ab01") == in_db and json.loads(in_db)["outputs"]
+
+
+def test_a_drop_is_not_undone_by_a_backfill_between_its_two_steps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dropped entry (say, one --verify-hits caught serving wrong bytes) stays dropped when
+    another process misses its file mid-drop and copies the row to its file from the
+    database: the database row goes first, so there is nothing left to copy."""
+    root = tmp_path / "c"
+    s = Store(root)
+    assert put(s, tmp_path, "ab01", b"BAD" * 100)
+    s.close()
+    dropper, reader = Store(root), Store(root)  # two processes
+    assert dropper._index is not None
+    real_drop = dropper._index.rows.drop
+
+    def drop_then_read(full_key: str) -> None:
+        real_drop(full_key)
+        reader.lookup(["ab01"])  # the other process, the moment the file is gone
+
+    monkeypatch.setattr(dropper._index.rows, "drop", drop_then_read)
+    dropper.drop("ab01")
+    monkeypatch.undo()
+    assert not os.path.exists(Rows(str(root), s._modes).path("a:ab01"))
+    assert Store(root).lookup(["ab01"]) == {} and Store(root).get("ab01") is None
+
+
+@pytest.mark.parametrize(
+    "meanwhile",
+    ["dropped", "dropped and stored again", "stored again after the file landed"],
+)
+def test_a_backfill_never_outlives_the_row_it_copied(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, meanwhile: str
+) -> None:
+    """A process reads a row from the database, and before its copy lands as the row's file
+    another one drops the row (and may store the key again): the copy is taken back, unless
+    the file holds another process's row by then."""
+    root = tmp_path / "c"
+    s = Store(root)
+    assert put(s, tmp_path, "ab01", b"BAD" * 100)
+    rows = Rows(str(root), s._modes)
+    os.unlink(rows.path("a:ab01"))  # lost, or stored before row files: read from the database
+    s.close()
+    reader, other = Store(root), Store(root)
+    assert reader._index is not None
+    real_put = reader._index.rows.put
+
+    def the_other_process() -> None:
+        other.drop("ab01")
+        if meanwhile != "dropped":
+            assert put(other, tmp_path, "ab01", b"NEW" * 100)
+
+    def late_put(full_key: str, value: str) -> None:
+        if meanwhile == "stored again after the file landed":
+            real_put(full_key, value)
+            the_other_process()
+        else:
+            the_other_process()
+            real_put(full_key, value)
+
+    monkeypatch.setattr(reader._index.rows, "put", late_put)
+    found = reader.lookup(["ab01"])  # what it read still counts as found: it was there then
+    monkeypatch.undo()
+    assert set(found) == {"ab01"}
+    if meanwhile == "dropped":
+        assert not os.path.exists(rows.path("a:ab01"))
+        assert Store(root).lookup(["ab01"]) == {}
+        return
+    db = Store(root)._index
+    assert db is not None
+    in_file, in_db = rows.get("a:ab01"), db.cache.get("a:ab01")
+    assert in_file in (None, in_db)  # never the copy of the dropped row
+    assert (in_file is not None) == (meanwhile == "stored again after the file landed")
+    later = Store(root)
+    m = later.lookup(["ab01"])["ab01"]
+    assert later.materialize(m, {"obj": str(tmp_path / "out")})
+    assert (tmp_path / "out").read_bytes() == b"NEW" * 100
+    assert later._index is not None
+    assert rows.get("a:ab01") == later._index.cache.get("a:ab01")
+
+
+def test_a_fifo_held_open_by_a_writer_in_rows_reads_as_absent(tmp_path: Path) -> None:
+    """Its read fails with EAGAIN instead of returning nothing: the reconcile pass removes
+    it as a file that holds no row, and the store carries on."""
+    root = tmp_path / "c"
+    w = Warnings()
+    s = Store(root, warn=w)
+    assert put(s, tmp_path, "ab01", b"one" * 100)
+    rows = Rows(str(root), s._modes)
+    fifo = Path(rows.dir) / "00" / ("f" * 30)
+    fifo.parent.mkdir(exist_ok=True)
+    os.mkfifo(fifo)
+    read_end = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    write_end = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)  # held open, nothing written
+    try:
+        s.trim()
+    finally:
+        os.close(write_end)
+        os.close(read_end)
+    assert w.text() == "" and s.usable
+    assert not fifo.exists() and s.get("ab01") is not None
