@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from typing import Any
 
-SUBCOMMANDS = ("stats", "clear", "trim", "verify", "flags")
+SUBCOMMANDS = ("stats", "clear", "trim", "verify", "flags", "serve")
 DEFAULT_MAX_SIZE = 5 * 2**30
 DEFAULT_DASK_TIMEOUT = 900.0
 DEFAULT_DASK_RESIDENT_IDLE = 600.0
@@ -402,7 +402,7 @@ def resolve(flags: Sequence[str], inner: Sequence[str], environ: Mapping[str, st
 def help_text() -> str:
     lines = [
         "usage: cached-dist [OPTIONS] [-- INNER_DISTRIBUTOR [INNER_ARGS...]] JOBFILE",
-        "       cached-dist {stats,clear,trim,verify,flags} [OPTIONS]",
+        "       cached-dist {stats,clear,trim,verify,flags,serve} [OPTIONS]",
         "",
         "A caching distributor for LLVM DTLTO: ld.lld runs it with",
         "  -fthinlto-distributor=$(command -v cached-dist) [-Xthinlto-distributor=OPTION,...]",
@@ -425,5 +425,7 @@ def help_text() -> str:
         "  trim [--max-size SIZE]     evict least recently used entries down to SIZE",
         "  verify                     re-hash every stored blob, drop corrupt ones",
         '  flags [--cc COMPILER]      print the link flags: LDFLAGS="$(cached-dist flags)"',
+        "  flags --server             the same, through the warm server's client",
+        "  serve [--idle-exit SECS]   the warm server: full hits without starting Python",
     ]
     return "\n".join(lines)

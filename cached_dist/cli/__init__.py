@@ -14,6 +14,8 @@ TYPE_CHECKING = False  # collections.abc imports collections: ~1.5 ms of a full 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from ..serve.handoff import Handoff
+
 INTERNAL_ERROR = 3
 
 
@@ -49,11 +51,12 @@ def _debug_requested(args: Sequence[str]) -> bool:
         return False
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, handoff: Handoff | None = None) -> int:
+    """The whole program; ``handoff``: run by a warm server's child (cached_dist/serve)."""
     args = list(sys.argv[1:] if argv is None else argv)
     debug = _debug_requested(args)
     try:
-        return _main(args)
+        return _main(args, handoff)
     except CachedDistError as e:
         Log().error(str(e))
         if debug:
@@ -71,7 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return INTERNAL_ERROR
 
 
-def _main(args: list[str]) -> int:
+def _main(args: list[str], handoff: Handoff | None = None) -> int:
     if args and args[0] in SUBCOMMANDS:
         from .commands import run_command
 
@@ -91,7 +94,7 @@ def _main(args: list[str]) -> int:
     from .. import jobfile
     from ..link import flow
 
-    return flow.run(jobfile.load(job_file_path), options, log)
+    return flow.run(jobfile.load(job_file_path), options, log, handoff)
 
 
 def run() -> None:

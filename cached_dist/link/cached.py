@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from ..log import Log
     from ..options import Options
     from ..runners import Result
+    from ..serve.handoff import Handoff
     from .tiers import Tiers
 
 # Longest time one link waits, in total, for other links' compilations of keys it needs;
@@ -70,9 +71,10 @@ def open_store(options: Options, log: Log) -> Store | None:
 class CachedLink:
     def __init__(
         self, job_file: JobFile, options: Options, log: Log, store: Store,
-        writes: LinkWrites, tiers: Tiers | None = None,
+        writes: LinkWrites, tiers: Tiers | None = None, handoff: Handoff | None = None,
     ) -> None:  # fmt: skip
         self.job_file = job_file
+        self.handoff = handoff  # a warm server's child: only a full local hit goes ahead
         self.tiers = tiers  # the remote tiers, None without --remote-storage
         self.writes = writes  # the link's memos and promotions, written at its end
         self.options = options
@@ -105,6 +107,9 @@ class CachedLink:
         found = self.store.lookup([k.key for k in keyed if k.key is not None])
         ready = [k for k in keyed if (m := found.get(k.key or "")) is not None
                  and len(m.outputs) == len(k.job.outputs)]  # fmt: skip
+        if self.handoff is not None:  # nothing written yet: the client may still link itself
+            self.handoff.commit(len(ready) == len(keyed) and self.tiers is None
+                                and self.options.verify_hits <= 0)  # fmt: skip
         placed = self.store.materialize_many(
             [(found[k.key or ""], output_roles(k.job)) for k in ready], self.options.jobs
         )
@@ -314,12 +319,16 @@ def run_cached(
     options: Options,
     log: Log,
     examined: dict[str, os.stat_result] | None = None,
+    handoff: Handoff | None = None,
 ) -> Summary:
-    """The link through the cache; ``examined``: the inputs' stat from the job-file checks."""
+    """The link through the cache; ``examined``: the inputs' stat from the job-file checks;
+    ``handoff``: see CachedLink.serve_all."""
     store = open_store(options, log)
     if store is None:
         from .dispatch import run_plain
 
+        if handoff is not None:
+            handoff.commit(False, "the cache is unusable")
         return run_plain(job_file, options, log)
     writes = LinkWrites(store)
     tiers = None
@@ -327,7 +336,7 @@ def run_cached(
         from .tiers import Tiers
 
         tiers = Tiers(options, log, store, writes.promote)
-    link = CachedLink(job_file, options, log, store, writes, tiers)
+    link = CachedLink(job_file, options, log, store, writes, tiers, handoff)
     shard_keys = ShardKeys(writes, options.jobs, tiers)
     keyed: list[Keyed] = []
     try:
@@ -337,6 +346,8 @@ def run_cached(
         except Exception as e:  # a bug in keying must not cost the user the link
             if options.debug:
                 raise
+            if handoff is not None:
+                handoff.commit(False, "keys could not be computed")
             log.warn(f"cache: cannot compute keys ({type(e).__name__}: {e}); linking without it")
             from .dispatch import run_plain
 
@@ -363,9 +374,10 @@ def run_cached(
             **link.counters,
             **remote,
         }
-        store.record(
-            hits=link.summary.hits, misses=link.summary.compiled, time_saved=link.time_saved,
-            bytes_served=link.bytes_served, **counters,
-        )  # fmt: skip
+        if handoff is None or handoff.committed:  # a link handed back is counted by the client
+            store.record(
+                hits=link.summary.hits, misses=link.summary.compiled,
+                time_saved=link.time_saved, bytes_served=link.bytes_served, **counters,
+            )  # fmt: skip
         writes.flush()
     return link.summary

@@ -13,10 +13,12 @@ if TYPE_CHECKING:
     from ..jobfile import JobFile
     from ..log import Log
     from ..options import Options
+    from ..serve.handoff import Handoff
 
 
-def run(job_file: JobFile, options: Options, log: Log) -> int:
-    """The whole distributor for one link; returns the exit status."""
+def run(job_file: JobFile, options: Options, log: Log, handoff: Handoff | None = None) -> int:
+    """The whole distributor for one link; returns the exit status. With ``handoff`` (a warm
+    server's child), only a full hit from the local cache is served."""
     started = time.monotonic()
     # Before any output is removed, any claim taken or the cache opened: a bad job file
     # changes nothing on disk.
@@ -25,11 +27,13 @@ def run(job_file: JobFile, options: Options, log: Log) -> int:
         if options.disable:
             from .dispatch import run_plain
 
+            if handoff is not None:
+                handoff.commit(False, "--disable")
             summary = run_plain(job_file, options, log)
         else:
             from .cached import run_cached
 
-            summary = run_cached(job_file, options, log, examined)
+            summary = run_cached(job_file, options, log, examined, handoff)
     finally:
         # Archive members a killed link left behind, seen only where LLD 21 names members
         # (the module that reads those names is imported only then).

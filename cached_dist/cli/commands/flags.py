@@ -1,10 +1,12 @@
-"""usage: cached-dist flags [--cc COMPILER]... [OPTIONS] [-- INNER_DISTRIBUTOR [ARGS...]]
+"""usage: cached-dist flags [--server] [--cc COMPILER]... [OPTIONS] [-- INNER [ARGS...]]
 
 Prints, as one line of shell words, the compiler-driver flags that link through cached-dist:
 
   -fuse-ld=lld -flto=thin -fthinlto-distributor=/abs/path/cached-dist [-Xthinlto-distributor=...]
 
 so that LDFLAGS="$(cached-dist flags)" works (and CMAKE_EXE_LINKER_FLAGS, c_link_args).
+With --server, the distributor is the warm server's client, which runs cached-dist itself
+whenever `cached-dist serve` cannot serve a link (see `cached-dist serve --help`).
 OPTIONS are cached-dist options, checked now and passed to every link (relative paths made
 absolute); the environment and config file are read at link time instead.
 
@@ -23,14 +25,36 @@ from .. import driver
 
 
 def main(args: list[str]) -> int:
+    server = "--server" in args[: args.index("--") if "--" in args else len(args)]
+    if server:
+        args = list(args)
+        args.remove("--server")
     compilers, words = _take_cc(args)
     options, inner = _split_inner(words)
     parse_flags(options)  # a typo fails now, at configure time, not in every link
     distributor = distributor_path()
     for words_of_driver in driver.drivers(compilers, os.environ):
         driver.check(words_of_driver, distributor, os.environ)
-    print(" ".join(shlex.quote(flag) for flag in link_flags(distributor, options, inner)))
+    flags = link_flags(distributor, options, inner)
+    if server:
+        flags = _through_client(flags, distributor)
+    print(" ".join(shlex.quote(flag) for flag in flags))
     return 0
+
+
+def _through_client(flags: list[str], distributor: str) -> list[str]:
+    """The client as the distributor, cached-dist its first word (what it runs when the
+    server does not serve a link)."""
+    from ...serve import CLIENT
+
+    if not os.access(CLIENT, os.X_OK):
+        raise UsageError(f"the warm server's client {CLIENT} is not built: reinstall "
+                         "cached-dist where a C compiler is available")  # fmt: skip
+    if "," in distributor:
+        raise UsageError(f"the path {distributor!r} contains a comma, which clang would split")
+    at = flags.index(f"-fthinlto-distributor={distributor}")
+    return [*flags[:at], f"-fthinlto-distributor={CLIENT}",
+            f"-Xthinlto-distributor={distributor}", *flags[at + 1 :]]  # fmt: skip
 
 
 def link_flags(distributor: str, options: list[str], inner: list[str]) -> list[str]:

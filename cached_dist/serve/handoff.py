@@ -1,0 +1,62 @@
+"""The moment a server's child commits to a link, or hands it back to the client.
+
+A child serves a link only when every job is a hit in the local cache. Until it knows, it
+writes nothing the link could see (no outputs; what it would print is held back), so the
+client can still do the whole link itself. :meth:`Handoff.commit` is called by the link at
+that point (cached_dist/link/cached.py): not a full hit, or a client that has given up, and
+:class:`FallBack` unwinds the child; otherwise what was held back is printed and the link
+goes on exactly as in a process of its own.
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import socket
+    from typing import TextIO
+
+
+class FallBack(BaseException):
+    """The client is to do the link itself. A BaseException: no ``except Exception`` on the
+    way (a link's own error handling) may turn it into an error message."""
+
+
+class Handoff:
+    """One link's commitment, over the connection to its client (see client.c's protocol)."""
+
+    def __init__(self, conn: socket.socket) -> None:
+        self.conn = conn
+        self.committed = False
+        self._streams: tuple[TextIO, TextIO] = (sys.stdout, sys.stderr)
+        sys.stdout, sys.stderr = io.StringIO(), io.StringIO()  # held back until committed
+
+    def commit(self, full_hit: bool, why: str = "not a full hit from the local cache") -> None:
+        """Raises FallBack(why) unless ``full_hit`` and the client still waits; then lets the
+        link write (and prints what it held back)."""
+        if self.committed:
+            return
+        if not full_hit:
+            raise FallBack(why)
+        try:
+            self.conn.sendall(b"R")
+            go = self.conn.recv(1)
+        except OSError:
+            go = b""
+        if go != b"G":
+            raise FallBack("the client gave up waiting")  # and links by itself
+        self.committed = True
+        held = (sys.stdout, sys.stderr)
+        sys.stdout, sys.stderr = self._streams
+        for text, stream in zip(held, self._streams, strict=True):
+            value = text.getvalue() if isinstance(text, io.StringIO) else ""
+            if value:
+                stream.write(value)
+                stream.flush()
+
+    def discard(self) -> None:
+        """Drops what was held back (the client's own run will say it again)."""
+        if not self.committed:
+            sys.stdout, sys.stderr = self._streams

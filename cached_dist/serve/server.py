@@ -1,0 +1,340 @@
+"""``cached-dist serve``: keeps a full hit's imports warm and forks a child per link.
+
+The parent only accepts connections: it checks the peer is the same user and that no module
+it imported changed on disk since it started (else it hands the link back and exits), then
+forks. The child becomes the client's process in all that a link can see (standard streams,
+working directory, environment, umask, signal dispositions), provided the client shares its
+mount namespace and root, and runs the ordinary link code with a :class:`Handoff`: a full
+hit is served, anything else handed back before any output is written (see client.c).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import signal
+import socket
+import struct
+import sys
+
+from ..errors import UsageError
+from .handoff import FallBack, Handoff
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, NoReturn
+
+    from ..log import Log
+
+#: What a full hit imports (tests/test_hot_path.py keeps that list short); a child imports
+#: anything else itself. Nothing here may read the environment when imported: a child runs
+#: with its client's.
+PRELOAD = (
+    "cached_dist.cli", "cached_dist.link.flow", "cached_dist.link.cached",
+    "cached_dist.link.summary", "cached_dist.link.writes", "cached_dist.jobfile",
+    "cached_dist.jobfile.checks", "cached_dist.keys.compute", "cached_dist.keys.key",
+    "cached_dist.keys.shard_key", "cached_dist.keys.digests", "cached_dist.keys.toolchain",
+    "cached_dist.keys.side_outputs", "cached_dist.bitcode.native", "store", "store.store",
+    "store.blobs", "store.rows", "store.tally", "store.manifest", "store.fsutil",
+    "store.index", "store.jsonload", "store.problems",
+)  # fmt: skip
+REQUEST_TIMEOUT = 5.0  # seconds a connected client has to send its request
+HEADER = struct.Struct("<4sI")
+MAGIC = b"CDS1"
+MAX_PAYLOAD = 8 << 20  # as client.c
+_FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGCHLD,
+              signal.SIGPIPE)  # fmt: skip
+
+
+class Server:
+    """One listening socket; :meth:`run` until a signal, or ``idle_exit`` seconds without a
+    link (0: never)."""
+
+    def __init__(self, path: str, idle_exit: float, log: Log) -> None:
+        self.path = path
+        self.idle_exit = idle_exit
+        self.log = log
+        self.listener: socket.socket | None = None
+        self.lock_fd = -1
+        self.stamps: list[tuple[str, int, int]] = []
+        # A child restores what a process of its own would start with.
+        self.dispositions: dict[int, Any] = {s: signal.getsignal(s) for s in _FORWARDED}
+        self.log_fd = -1  # the server's own stderr, for a child's --verbose line
+        self.bound = -1  # the socket file's inode
+
+    def run(self) -> int:
+        import importlib
+
+        for name in PRELOAD:
+            importlib.import_module(name)
+        self.stamps = _stamps()
+        self.listener = self._listen()
+        self.log_fd = os.dup(2)
+        signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children reap themselves
+        signal.signal(signal.SIGTERM, _stop)
+        signal.signal(signal.SIGHUP, _stop)
+        self.log.info(f"serving on {self.path} (pid {os.getpid()})")
+        self.listener.settimeout(self.idle_exit or None)
+        try:
+            while True:
+                try:
+                    conn, _ = self.listener.accept()
+                except TimeoutError:
+                    self.log.info(f"no link for {self.idle_exit:g} s: exiting")
+                    return 0
+                except InterruptedError:
+                    continue
+                except OSError as e:  # out of descriptors, say: the clients link by themselves
+                    self.log.warn(f"cannot accept a link: {e.strerror}")
+                    import time
+
+                    time.sleep(0.1)
+                    continue
+                if not self._handle(conn):
+                    return 0
+        except KeyboardInterrupt:
+            return 0
+        finally:
+            self._close()
+
+    def _handle(self, conn: socket.socket) -> bool:
+        """Forks a child for ``conn``; False when the server must stop (its code changed)."""
+        with conn:
+            pid, uid = _peer(conn)
+            if uid != os.getuid():
+                return True  # the client warns and links by itself
+            if _changed(self.stamps):
+                self.log.warn("cached-dist changed on disk since this server started: "
+                              "exiting (start it again)")  # fmt: skip
+                return False
+            try:
+                child = os.fork()
+            except OSError as e:
+                self.log.warn(f"cannot fork a child for a link: {e.strerror}")
+                return True
+            if child == 0:
+                self._child(conn, pid)
+        return True
+
+    def _child(self, conn: socket.socket, peer_pid: int) -> NoReturn:
+        try:
+            assert self.listener is not None
+            self.listener.close()
+            os.close(self.lock_fd)
+            for sig, disposition in self.dispositions.items():
+                signal.signal(sig, disposition)
+            outcome = _serve_link(conn, peer_pid)
+            if outcome and self.log.verbose:
+                os.write(self.log_fd, f"cached-dist: {outcome}\n".encode(errors="replace"))
+        finally:
+            os._exit(0)
+
+    def _listen(self) -> socket.socket:
+        directory = os.path.dirname(self.path) or "."
+        if self.path == f"/tmp/cached-dist-{os.getuid()}/server.sock":
+            _private_directory(directory)
+        lock_path = self.path + ".lock"
+        try:
+            self.lock_fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as e:
+            raise UsageError(f"cannot create {lock_path}: {e.strerror}") from None
+        try:
+            fcntl.flock(self.lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(self.lock_fd)
+            raise UsageError(f"a server already listens on {self.path}") from None
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            if os.path.lexists(self.path):
+                os.unlink(self.path)  # a server that died left it: the lock is ours
+            old = os.umask(0o177)
+            try:
+                listener.bind(self.path)
+            finally:
+                os.umask(old)
+            listener.listen(128)
+            self.bound = os.stat(self.path).st_ino
+        except OSError as e:
+            listener.close()
+            raise UsageError(f"cannot listen on {self.path}: {e.strerror}") from None
+        return listener
+
+    def _close(self) -> None:
+        if self.listener is not None:
+            with contextlib.suppress(OSError):  # ours still, not a successor's
+                if os.stat(self.path).st_ino == self.bound:
+                    os.unlink(self.path)
+            self.listener.close()
+        if self.lock_fd >= 0:
+            os.close(self.lock_fd)
+
+
+def _stop(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _private_directory(directory: str) -> None:
+    """The default socket's directory: created private, and refused unless it is."""
+    try:
+        os.mkdir(directory, 0o700)
+    except FileExistsError:
+        pass
+    except OSError as e:
+        raise UsageError(f"cannot create {directory}: {e.strerror}") from None
+    st = os.lstat(directory)
+    import stat
+
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise UsageError(f"{directory} must be a directory of yours that only you can use "
+                         "(or set CACHED_DIST_SOCKET)")  # fmt: skip
+
+
+def _peer(conn: socket.socket) -> tuple[int, int]:
+    """(pid, uid) of the connected client, as the kernel saw them at connect time."""
+    raw = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    pid, uid, _ = struct.unpack("3i", raw)
+    return pid, uid
+
+
+def _stamps() -> list[tuple[str, int, int]]:
+    """(file, mtime, size) of every module of this program loaded now."""
+    import cached_dist
+    import store
+
+    roots = tuple(os.path.dirname(os.path.abspath(p.__file__ or "")) + os.sep
+                  for p in (cached_dist, store))  # fmt: skip
+    found = []
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        if isinstance(path, str) and path.startswith(roots):
+            st = os.stat(path)
+            found.append((path, st.st_mtime_ns, st.st_size))
+    return found
+
+
+def _changed(stamps: list[tuple[str, int, int]]) -> bool:
+    for path, mtime, size in stamps:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return True
+        if st.st_mtime_ns != mtime or st.st_size != size:
+            return True
+    return False
+
+
+def _serve_link(conn: socket.socket, peer_pid: int) -> str:
+    """The child's whole work; returns what ``--verbose`` says of it ("" for nothing)."""
+    conn.settimeout(REQUEST_TIMEOUT)
+    try:
+        request = _read_request(conn)
+    except (OSError, ValueError) as e:
+        return f"dropped a malformed request ({e})"
+    if request is None:
+        return "dropped a malformed request"
+    umask, argv, env = request
+    handoff: Handoff | None = None
+    fds: list[int] = []
+    try:
+        conn.sendall(b"A" + struct.pack("<I", os.getpid()))
+        fds = _read_descriptors(conn)  # sent only now: see client.c
+        conn.settimeout(None)
+        why = _unservable(peer_pid, argv)
+        if why:
+            raise FallBack(why)
+        _become(fds, env, umask)
+        fds = []
+        sys.argv = ["cached-dist", *argv]
+        from ..cli import main
+
+        handoff = Handoff(conn)
+        status = main(argv, handoff=handoff)
+        if not handoff.committed:
+            raise FallBack(f"nothing served (exit status {status} before any output)")
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+        conn.sendall(b"S" + bytes([status & 255]))
+        return f"served {argv[-1]} (exit status {status})"
+    except FallBack as e:
+        if handoff is not None:
+            handoff.discard()
+        with contextlib.suppress(OSError):
+            conn.sendall(b"F")
+        return f"handed back {argv[-1] if argv else '?'}: {e.args[0] if e.args else 'not served'}"
+    except (OSError, ValueError) as e:
+        return f"lost the client ({e})"
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _read_request(conn: socket.socket) -> tuple[int, list[str], dict[str, str]] | None:
+    """(umask, arguments, environment), or None for what no client.c sends."""
+    head = _read_exact(conn, HEADER.size)
+    magic, length = HEADER.unpack(head)
+    if magic != MAGIC or length > MAX_PAYLOAD:
+        return None
+    words = _read_exact(conn, length).split(b"\0")
+    try:
+        end = words.index(b"", 1)
+        umask = int(words[0], 8)
+    except ValueError:
+        return None
+    argv = [os.fsdecode(w) for w in words[1:end]]
+    env = {}
+    for entry in words[end + 1 :]:
+        name, eq, value = entry.partition(b"=")
+        if eq and name:
+            env[os.fsdecode(name)] = os.fsdecode(value)
+    return umask, argv, env
+
+
+def _read_exact(conn: socket.socket, size: int) -> bytes:
+    chunks = []
+    while size:
+        chunk = conn.recv(min(size, 1 << 20))
+        if not chunk:
+            raise ValueError("the client hung up")
+        chunks.append(chunk)
+        size -= len(chunk)
+    return b"".join(chunks)
+
+
+def _read_descriptors(conn: socket.socket) -> list[int]:
+    """Standard input, output, error and the working directory, in that order."""
+    tag, fds, _, _ = socket.recv_fds(conn, 1, 4)
+    if tag != b"D" or len(fds) != 4:
+        for fd in fds:
+            os.close(fd)
+        raise ValueError("no descriptors")
+    return list(fds)
+
+
+def _unservable(peer_pid: int, argv: list[str]) -> str:
+    """Why this child cannot stand in for the client's own process ("" if it can)."""
+    from ..options import SUBCOMMANDS
+
+    if not argv or argv[0] in SUBCOMMANDS or {"-h", "--help", "--version"} & set(argv):
+        return "not a link"
+    try:
+        for link in ("ns/mnt", "root"):
+            theirs, ours = os.stat(f"/proc/{peer_pid}/{link}"), os.stat(f"/proc/self/{link}")
+            if (theirs.st_dev, theirs.st_ino) != (ours.st_dev, ours.st_ino):
+                return "the client sees other files (mount namespace or root)"
+    except OSError:
+        return "cannot tell which files the client sees"
+    return ""
+
+
+def _become(fds: list[int], env: dict[str, str], umask: int) -> None:
+    """This process takes the client's streams, directory, environment and umask."""
+    for target, fd in enumerate(fds[:3]):
+        os.dup2(fd, target)
+    os.fchdir(fds[3])
+    for fd in fds:
+        os.close(fd)
+    os.environ.clear()
+    os.environ.update(env)
+    os.umask(umask)

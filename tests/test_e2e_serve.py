@@ -1,0 +1,349 @@
+"""The warm server (cached-dist serve) and its client, with real links, processes and faults.
+
+A full hit is served by the server's child and gives the bytes an uncached link gives; every
+other link (misses, no server, a stuck server, another mount namespace, errors) is done by
+cached-dist itself, exactly as without a server.
+"""
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from cached_dist.serve import CLIENT
+
+from .toolchain import (
+    Project,
+    build,
+    cached_dist_exe,
+    compilations,
+    counting_compiler,
+    requires_toolchain,
+    run,
+    stats,
+)
+
+pytestmark = [requires_toolchain, pytest.mark.e2e,
+              pytest.mark.skipif(not os.access(CLIENT, os.X_OK),
+                                 reason="the client is not built (run scripts/setup)")]  # fmt: skip
+
+
+class Server:
+    """A real ``cached-dist serve --verbose`` on a private socket; its log is a file."""
+
+    def __init__(self, where: Path, *extra: str) -> None:
+        self.socket = where / "s.sock"
+        self.log = where / "server.log"
+        self.env = {**os.environ, "CACHED_DIST_SOCKET": str(self.socket)}
+        self.proc = subprocess.Popen(
+            [cached_dist_exe(), "serve", "--verbose", *extra], env=self.env,
+            stdout=subprocess.DEVNULL, stderr=self.log.open("w"),
+        )  # fmt: skip
+        deadline = time.monotonic() + 30
+        while "serving on" not in self.text():
+            assert self.proc.poll() is None, self.text()
+            assert time.monotonic() < deadline, self.text()
+            time.sleep(0.02)
+
+    def text(self) -> str:
+        return self.log.read_text() if self.log.exists() else ""
+
+    def served(self) -> int:
+        return self.text().count(": served ")
+
+    def handed_back(self) -> list[str]:
+        return [line for line in self.text().splitlines() if ": handed back " in line]
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.terminate()
+        return self.proc.wait(30)
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    s = Server(tmp_path)
+    yield s
+    s.stop()
+
+
+def link(project: Project, server: Server, cache: Path, out: str = "app", *,
+         args: Sequence[str] = (), env: dict[str, str] | None = None,
+         remote_compiler: Path | None = None) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    """A link whose distributor is the client, cached-dist its fallback."""
+    return project.link(out, distributor=CLIENT, env=env or server.env,
+                        distributor_args=[cached_dist_exe(), f"--cache-dir={cache}", *args],
+                        remote_compiler=remote_compiler)  # fmt: skip
+
+
+@pytest.mark.parametrize("archive", ["thin", "regular"])
+def test_full_hit_served_by_the_server_is_byte_identical(
+    tmp_path: Path, server: Server, archive: str
+) -> None:
+    project = build("shapes", tmp_path / "p", archive)  # type: ignore[arg-type]
+    plain = project.link("plain", distributor_args=["--disable"])
+    assert plain.returncode == 0, plain.stderr
+    compiler, counter = counting_compiler(tmp_path)
+    cache = tmp_path / "cache"
+    first = link(project, server, cache, "app1", remote_compiler=compiler)
+    assert first.returncode == 0, first.stderr
+    assert compilations(counter) == 4 and server.served() == 0  # misses: cached-dist linked
+    assert any("not a full hit" in line for line in server.handed_back())
+    second = link(project, server, cache, "app2", remote_compiler=compiler)
+    assert second.returncode == 0, second.stderr
+    assert compilations(counter) == 4 and server.served() == 1
+    assert "4 jobs: 4 hits, 0 compiled" in second.stderr  # the child's summary, on the link's
+    for out in ("app1", "app2"):
+        assert (project.dir / out).read_bytes() == (project.dir / "plain").read_bytes()
+        assert project.run_program(out) == project.expected_output
+    counted = stats(cache)  # counted once each: the handed-back link by cached-dist alone
+    assert counted["hits"] == 4 and counted["misses"] == 4
+
+
+def test_an_edit_is_a_miss_linked_by_cached_dist(tmp_path: Path, server: Server) -> None:
+    project = build("calc", tmp_path / "p")
+    compiler, counter = counting_compiler(tmp_path)
+    cache = tmp_path / "cache"
+    assert link(project, server, cache, remote_compiler=compiler).returncode == 0
+    before = compilations(counter)
+    source = project.dir / "ops.c"
+    source.write_text(source.read_text() + "\nint ops_edited(void) { return 42; }\n")
+    assert run([os.environ.get("CLANG", "/usr/lib/llvm-22/bin/clang"), "-flto=thin", "-O2",
+                "-c", "ops.c", "-o", "ops.o"], project.dir).returncode == 0  # fmt: skip
+    done = link(project, server, cache, "app2", remote_compiler=compiler)
+    assert done.returncode == 0, done.stderr
+    assert compilations(counter) > before  # the edited module and those importing from it
+    assert server.served() == 0 and " hits, " in done.stderr
+    assert project.run_program("app2") == project.expected_output
+
+
+def test_no_server_the_client_runs_cached_dist(tmp_path: Path) -> None:
+    project = build("shapes", tmp_path / "p")
+    env = {**os.environ, "CACHED_DIST_SOCKET": str(tmp_path / "nobody.sock")}
+    (tmp_path / "nobody.sock").write_text("")  # a stale file, not a socket
+    cache = tmp_path / "cache"
+    for out in ("a1", "a2"):
+        done = project.link(out, distributor=CLIENT, env=env,
+                            distributor_args=[cached_dist_exe(), f"--cache-dir={cache}"])  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert project.run_program(out) == project.expected_output
+    assert "4 jobs: 4 hits" in done.stderr
+
+
+def test_a_stopped_server_costs_a_bounded_wait_and_never_a_double_link(
+    tmp_path: Path, server: Server
+) -> None:
+    project = build("shapes", tmp_path / "p")
+    cache = tmp_path / "cache"
+    assert link(project, server, cache).returncode == 0
+    server.proc.send_signal(signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        done = link(project, server, cache, "app2")
+        took = time.monotonic() - started
+    finally:
+        server.proc.send_signal(signal.SIGCONT)
+    assert done.returncode == 0, done.stderr
+    assert "4 jobs: 4 hits" in done.stderr and took < 20
+    deadline = time.monotonic() + 10  # the server now forks a child for the queued request
+    while "lost the client" not in server.text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "lost the client" in server.text()  # it found its client gone: wrote nothing
+    assert server.served() == 0
+    assert stats(cache)["hits"] == 4  # the link counted once
+    assert project.run_program("app2") == project.expected_output
+
+
+def test_a_killed_server_leaves_links_working(tmp_path: Path, server: Server) -> None:
+    project = build("shapes", tmp_path / "p")
+    cache = tmp_path / "cache"
+    assert link(project, server, cache).returncode == 0
+    server.proc.kill()
+    server.proc.wait()
+    assert server.socket.exists()  # left behind, connections refused
+    done = link(project, server, cache, "app2")
+    assert done.returncode == 0 and "4 jobs: 4 hits" in done.stderr
+    again = Server(tmp_path / "p")  # a new server takes the stale socket over
+    try:
+        env = {**again.env}
+        assert link(project, again, cache, "app3", env=env).returncode == 0
+        assert again.served() == 1
+    finally:
+        again.stop()
+
+
+def test_errors_are_cached_dist_s_own(tmp_path: Path, server: Server) -> None:
+    """A bad invocation or job file: the same one-line error and status as without a server."""
+    env = server.env
+    for args in (["--max-size=lots", "job.json"], [f"--cache-dir={tmp_path}/c", "missing.json"]):
+        direct = run([cached_dist_exe(), *args], tmp_path)
+        through = run([CLIENT, cached_dist_exe(), *args], tmp_path, env=env)
+        assert (through.returncode, through.stderr) == (direct.returncode, direct.stderr)
+        assert direct.returncode == 2 and direct.stderr.count("\n") == 1
+    assert server.served() == 0
+    usage = run([CLIENT], tmp_path)
+    assert usage.returncode == 2 and usage.stderr.startswith("cached-dist: error: usage")
+    missing = run([CLIENT, str(tmp_path / "no-such-program"), "job.json"], tmp_path,
+                  env={**env, "CACHED_DIST_SOCKET": str(tmp_path / "none.sock")})  # fmt: skip
+    assert missing.returncode == 127 and "cannot run" in missing.stderr
+
+
+def test_the_child_has_the_client_s_directory_umask_and_environment(
+    tmp_path: Path, server: Server
+) -> None:
+    project = build("shapes", tmp_path / "p")
+    cache = tmp_path / "cache"
+    assert link(project, server, cache).returncode == 0
+    # The environment decides the options (here --verbose), the directory the relative
+    # paths, the umask the modes of the outputs the child writes.
+    env = {**server.env, "CACHED_DIST_VERBOSE": "1"}
+    done = subprocess.run(
+        ["sh", "-c", 'umask 077 && exec "$@"', "sh", *link_command(project, server, cache)],
+        cwd=project.dir, env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert server.served() == 1 and "hit " in done.stderr
+    outputs = list(project.dir.glob("*.native.o"))  # kept by --save-temps
+    assert project.run_program("app2") == project.expected_output
+    assert outputs and all(os.stat(p).st_mode & 0o077 == 0 for p in outputs)
+
+
+def link_command(project: Project, server: Server, cache: Path) -> list[str]:
+    return project.link_command("app2", distributor=CLIENT,
+                                distributor_args=[cached_dist_exe(), f"--cache-dir={cache}"],
+                                extra=["-Wl,--save-temps"])  # fmt: skip
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None or os.geteuid() != 0,
+                    reason="needs unshare and root for a mount namespace")  # fmt: skip
+def test_a_client_in_another_mount_namespace_links_by_itself(
+    tmp_path: Path, server: Server
+) -> None:
+    project = build("shapes", tmp_path / "p")
+    cache = tmp_path / "cache"
+    assert link(project, server, cache).returncode == 0
+    command = project.link_command("app2", distributor=CLIENT,
+                                   distributor_args=[cached_dist_exe(), f"--cache-dir={cache}"])  # fmt: skip
+    done = run(["unshare", "--mount", "--propagation", "private", *command], project.dir,
+               env=server.env)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "4 jobs: 4 hits" in done.stderr and server.served() == 0
+    assert any("other files" in line for line in server.handed_back())
+
+
+def test_options_the_server_leaves_alone_are_handed_back(tmp_path: Path, server: Server) -> None:
+    project = build("shapes", tmp_path / "p")
+    cache = tmp_path / "cache"
+    assert link(project, server, cache).returncode == 0
+    done = link(project, server, cache, "app2", args=["--verify-hits=1"])
+    assert done.returncode == 0, done.stderr
+    assert server.served() == 0 and "verified" in done.stderr
+    done = link(project, server, cache, "app3", args=["--disable"])
+    assert done.returncode == 0 and server.served() == 0
+
+
+def test_concurrent_full_hits(tmp_path: Path, server: Server) -> None:
+    project = build("calc", tmp_path / "p", "thin")
+    cache = tmp_path / "cache"
+    assert link(project, server, cache).returncode == 0
+    procs = [subprocess.Popen(project.link_command(f"c{i}", distributor=CLIENT,
+                              distributor_args=[cached_dist_exe(), f"--cache-dir={cache}"]),
+                              cwd=project.dir, env=server.env, stderr=subprocess.PIPE, text=True)
+             for i in range(6)]  # fmt: skip
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+    assert server.served() == 6
+    reference = (project.dir / "app").read_bytes()
+    assert all((project.dir / f"c{i}").read_bytes() == reference for i in range(6))
+
+
+def test_a_changed_install_stops_the_server(tmp_path: Path) -> None:
+    """A server whose code changed on disk hands the link back and exits: it would serve
+    with the old code otherwise."""
+    project = build("shapes", tmp_path / "p")
+    cache = tmp_path / "cache"
+    server = Server(tmp_path)
+    try:
+        assert link(project, server, cache).returncode == 0
+        import cached_dist.link.summary as touched
+
+        path = Path(touched.__file__ or "")
+        before = path.stat()
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000))
+        try:
+            done = link(project, server, cache, "app2")
+            assert done.returncode == 0 and "4 jobs: 4 hits" in done.stderr
+            assert server.proc.wait(30) == 0 and "changed on disk" in server.text()
+        finally:
+            os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    finally:
+        server.stop()
+
+
+def test_one_server_per_socket_and_bad_arguments(tmp_path: Path, server: Server) -> None:
+    second = run([cached_dist_exe(), "serve"], tmp_path, env=server.env)
+    assert second.returncode == 2
+    assert second.stderr == f"cached-dist: error: a server already listens on {server.socket}\n"
+    bad = run([cached_dist_exe(), "serve", "--idle-exit=soon"], tmp_path, env=server.env)
+    assert bad.returncode == 2 and "--idle-exit" in bad.stderr and bad.stderr.count("\n") == 1
+
+
+def test_idle_exit(tmp_path: Path) -> None:
+    server = Server(tmp_path, "--idle-exit=0.5")
+    assert server.proc.wait(30) == 0
+    assert "exiting" in server.text() and not server.socket.exists()
+
+
+def test_flags_server(tmp_path: Path) -> None:
+    done = run([cached_dist_exe(), "flags", "--server", "--cc", "/usr/lib/llvm-22/bin/clang",
+                "--cache-dir=c"], tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    words = done.stdout.split()
+    assert f"-fthinlto-distributor={CLIENT}" in words
+    at = words.index(f"-fthinlto-distributor={CLIENT}")
+    assert words[at + 1] == f"-Xthinlto-distributor={cached_dist_exe()}"
+    assert f"-Xthinlto-distributor=--cache-dir={tmp_path}/c" in words
+
+
+@pytest.mark.skipif(shutil.which("setpriv") is None or os.geteuid() != 0
+                    or not Path("/usr/bin/python3").exists(),
+                    reason="needs setpriv, root and /usr/bin/python3 to listen as another user")  # fmt: skip
+def test_a_socket_of_another_user_is_not_used(tmp_path: Path) -> None:
+    """Someone else's listener on the socket path gets nothing: not the environment, not the
+    streams. The client says so and links by itself."""
+    import tempfile
+
+    shared = Path(tempfile.mkdtemp(prefix="cached-dist-uid-"))
+    try:
+        shared.chmod(0o777)  # where the other user can create a socket
+        sock = shared / "s.sock"
+        listener = subprocess.Popen(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3",
+             "-c", "import socket, sys, time\n"
+                   "s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen()\n"
+                   "print('up', flush=True)\n"
+                   "while True:\n    c, _ = s.accept(); time.sleep(60)\n", str(sock)],
+            stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            assert listener.stdout is not None and listener.stdout.readline() == "up\n"
+            project = build("shapes", tmp_path / "p")
+            env = {**os.environ, "CACHED_DIST_SOCKET": str(sock)}
+            done = project.link(distributor=CLIENT, env=env,
+                                distributor_args=[cached_dist_exe(), f"--cache-dir={tmp_path}/c"])  # fmt: skip
+            assert done.returncode == 0, done.stderr
+            assert (f"cached-dist: warning: {sock} belongs to a server of user 65534, not "
+                    "yours: not using it") in done.stderr  # fmt: skip
+            assert project.run_program() == project.expected_output
+        finally:
+            listener.kill()
+            listener.wait()
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
