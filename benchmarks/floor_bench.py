@@ -2,11 +2,13 @@
 
     python -m benchmarks.floor_bench [--rounds N] [--programs a,b,...] [--profile]
 
-Per program, six links of the same inputs are timed, interleaved round by round:
+Per program, eight links of the same inputs are timed, interleaved round by round:
 
 * LLD cache: ``-Wl,--thinlto-cache-dir`` warmed once (LLD then starts no distributor);
 * cached-dist: a full hit from a warmed cache, outputs copied (the default);
 * cached-dist --hard-link: the same, outputs hard-linked to the verified blobs;
+* warm server, and with --hard-link: the same two through ``cached-dist-client`` and a
+  ``cached-dist serve`` this benchmark starts on a private socket (no interpreter per link);
 * C floor: ``floor_c.c`` (compiled here), which only hard-links precomputed objects;
 * Python floor: ``floor_py.py``, the interpreter, ``import json`` and the same links;
 * cached-dist with its C extension hidden (the pure-Python shard decoder).
@@ -37,7 +39,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -52,7 +54,10 @@ LLVM_BIN = Path("/usr/lib/llvm-22/bin")
 PROGRAMS = ("lua-regular", "lua-thin", "gen-300", "gen-3000")
 PY_DECODER = "cached-dist, Python decoder"  # the extension hidden: the state before issue 14
 HARD_LINK = "cached-dist --hard-link"
-CONFIGS = ("LLD cache", "cached-dist", HARD_LINK, "C floor", "Python floor", PY_DECODER)
+WARM, WARM_HARD_LINK = "warm server", "warm server --hard-link"
+CONFIGS = ("LLD cache", "cached-dist", HARD_LINK, WARM, WARM_HARD_LINK, "C floor", "Python floor",
+           PY_DECODER)  # fmt: skip
+OURS = ("cached-dist", HARD_LINK, WARM, WARM_HARD_LINK)  # the excess over the Python floor
 # CPU time (user + system) of each timed link and everything it ran: far less sensitive than
 # wall time to other work on the machine.
 CPU_TIMES: dict[str, list[float]] = {}
@@ -137,10 +142,17 @@ def prepare(
     lld = [f"-fthinlto-distributor={floor_c}", f"-Xthinlto-distributor={pre}",
            f"-Wl,--thinlto-cache-dir={lld_cache}"]  # fmt: skip  # warmed by the C floor
     ours = f"{cached_dist()},{ours_args}"
+    from cached_dist.serve import CLIENT
+
+    warm = f"{CLIENT},{ours}"
     commands = {
         "LLD cache": link_command(program, "app-lld", lld),
         "cached-dist": link_command(program, "app-ours", shimmed("cached-dist", ours)),
         HARD_LINK: link_command(program, "app-ourshl", shimmed(HARD_LINK, f"{ours},--hard-link")),
+        WARM: link_command(program, "app-warm", shimmed(WARM, warm)),
+        WARM_HARD_LINK: link_command(
+            program, "app-warmhl", shimmed(WARM_HARD_LINK, f"{warm},--hard-link")
+        ),
         "C floor": link_command(program, "app-cfloor", shimmed("C floor", f"{floor_c},{pre}")),
         "Python floor": link_command(
             program,
@@ -153,10 +165,10 @@ def prepare(
     }
     for command in commands.values():
         timed(command, src)  # everything warm, every binary written once
-    binaries = {(src / f"app-{n}").read_bytes()
-                for n in ("lld", "ours", "ourshl", "cfloor", "pyfloor", "ourspy")}  # fmt: skip
+    outs = ("lld", "ours", "ourshl", "warm", "warmhl", "cfloor", "pyfloor", "ourspy")
+    binaries = {(src / f"app-{n}").read_bytes() for n in outs}
     if len(binaries) != 1:
-        raise RuntimeError(f"{program}: the six links gave different binaries")
+        raise RuntimeError(f"{program}: the eight links gave different binaries")
 
     def runner(name: str, command: list[str]) -> Callable[[], float]:
         def run() -> float:
@@ -258,6 +270,31 @@ def main(argv: list[str] | None = None) -> int:
     floor_c, shim = root / "floor_c", root / "timeshim"
     for exe in (floor_c, shim):
         subprocess.run(["cc", "-O2", "-o", str(exe), str(HERE / f"{exe.name}.c")], check=True)
+    server = start_server(root)
+    try:
+        return measure(args, programs, root, floor_c, shim, server)
+    finally:
+        server.terminate()
+        server.wait(30)
+
+
+def start_server(root: Path) -> subprocess.Popen[bytes]:
+    """``cached-dist serve --verbose`` on a socket of this run's own (the links inherit
+    CACHED_DIST_SOCKET); its log says which links it served."""
+    sock = root / "serve.sock"
+    os.environ["CACHED_DIST_SOCKET"] = str(sock)
+    log = root / "serve.log"
+    server = subprocess.Popen([cached_dist(), "serve", "--verbose"], stderr=log.open("w"))
+    deadline = time.monotonic() + 60
+    while "serving on" not in log.read_text():
+        if server.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"cached-dist serve did not start: {log.read_text()}")
+        time.sleep(0.05)
+    return server
+
+
+def measure(args: argparse.Namespace, programs: list[str], root: Path, floor_c: Path,
+            shim: Path, server: subprocess.Popen[bytes]) -> int:  # fmt: skip
     configs: dict[str, Callable[[], float]] = {}
     jobs: dict[str, int] = {}
     for program in programs:
@@ -268,61 +305,60 @@ def main(argv: list[str] | None = None) -> int:
     if args.profile:
         for program in programs:
             profile_hit(program, root / program)
+    warmed = (root / "serve.log").read_text().count(": served ")
     results = interleave(configs, args.rounds, say)
+    log = (root / "serve.log").read_text()
+    served = log.count(": served ") - warmed
+    handed_back = [line for line in log.splitlines() if ": handed back " in line]
+    if served != 2 * len(programs) * args.rounds or handed_back:
+        raise RuntimeError(f"the warm server served {served} timed links: {handed_back[:3]}")
     creates = {p: create_cost(root / p / ("lua/src" if p.startswith("lua") else "src"))
                for p in programs}  # fmt: skip
     table: dict[str, dict[str, object]] = {}
-    header = ("| program | jobs | LLD cache | cached-dist | --hard-link | C floor | Python floor | "
-              "Python decoder | excess over the Python floor (copies, --hard-link) |\n"
-              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |")  # fmt: skip
+    header = ("| program | jobs | " + " | ".join(CONFIGS) + " | excess over the Python floor "
+              "(" + ", ".join(OURS) + ") |\n|" + " --- |" * (len(CONFIGS) + 3))  # fmt: skip
     print(header)
     for program in programs:
-        med = {n: results[f"{program}: {n}"].median for n in
-               CONFIGS}  # fmt: skip
+        med = {n: results[f"{program}: {n}"].median for n in CONFIGS}
         lld = med["LLD cache"]
-        excess = [(med[n] - med["Python floor"]) / jobs[program] for n in CONFIGS[1:3]]
+        excess = [1000 * (med[n] - med["Python floor"]) / jobs[program] for n in OURS]
         table[program] = {"jobs": jobs[program], **{f"{n} s": v for n, v in med.items()},
                           **{f"{n} ratio": v / lld for n, v in med.items()},
-                          "excess_ms_per_job": 1000 * excess[0],
-                          "excess_ms_per_job_hard_link": 1000 * excess[1],
+                          **{_excess_key(n): e for n, e in zip(OURS, excess, strict=True)},
                           "file_create_ms": creates[program]}  # fmt: skip
-        cells = " | ".join(f"{1000 * med[n]:.0f} ms ({med[n] / lld:.2f}x)"
-                           for n in CONFIGS[1:])  # fmt: skip
-        print(f"| {program} | {jobs[program]} | {1000 * lld:.0f} ms | {cells} | "
-              f"{1000 * excess[0]:.3f}, {1000 * excess[1]:.3f} ms/job |")  # fmt: skip
-    print("\nCPU time (user + system, the link and all it ran), medians:\n")
-    print(header)
+        print(_row(program, jobs[program], med, excess))
+    # The warm server's children are not the link's: their CPU time is nowhere in its rusage.
+    local = [n for n in CONFIGS if n not in (WARM, WARM_HARD_LINK)]
+    print("\nCPU time (user + system, the link and all it ran; not for the warm server, whose "
+          "children are not the link's), medians:\n")  # fmt: skip
+    print(f"| program | jobs | {' | '.join(local)} | excess over the Python floor (copies, "
+          "--hard-link) |\n|" + " --- |" * (len(local) + 3))  # fmt: skip
     for program in programs:
-        cpu = {n: statistics.median(CPU_TIMES[f"{program}: {n}"]) for n in CONFIGS}
-        lld = cpu["LLD cache"]
-        excess = [(cpu[n] - cpu["Python floor"]) / jobs[program] for n in CONFIGS[1:3]]
-        table[program]["cpu"] = {**{f"{n} s": v for n, v in cpu.items()},
-                                 "excess_ms_per_job": 1000 * excess[0],
-                                 "excess_ms_per_job_hard_link": 1000 * excess[1]}  # fmt: skip
-        cells = " | ".join(f"{1000 * cpu[n]:.0f} ms ({cpu[n] / lld:.2f}x)"
-                           for n in CONFIGS[1:])  # fmt: skip
-        print(f"| {program} | {jobs[program]} | {1000 * lld:.0f} ms | {cells} | "
-              f"{1000 * excess[0]:.3f}, {1000 * excess[1]:.3f} ms/job |")  # fmt: skip
+        cpu = {n: statistics.median(CPU_TIMES[f"{program}: {n}"]) for n in local}
+        excess = [1000 * (cpu[n] - cpu["Python floor"]) / jobs[program] for n in OURS[:2]]
+        table[program]["cpu"] = {
+            **{f"{n} s": v for n, v in cpu.items()},
+            **{_excess_key(n): e for n, e in zip(OURS, excess, strict=False)},
+        }
+        print(_row(program, jobs[program], cpu, excess, local))
     print(
-        "\nThe distributor's own wall time inside the links (timeshim.c), medians; the excess "
-        "over the Python floor's, per job:\n"
+        "\nThe distributor's own wall time inside the links (timeshim.c; for the warm server,"
+        " the client's, which waits for the server's child), medians; the excess over the "
+        "Python floor's, per job:\n"
     )
-    dist_header = ("| program | jobs | cached-dist | --hard-link | C floor | Python floor | "
-                   "excess per job (copies, --hard-link) |\n"
-                   "| --- | --- | --- | --- | --- | --- | --- |")  # fmt: skip
-    print(dist_header)
+    owned = (*OURS, "C floor", "Python floor")
+    print("| program | jobs | " + " | ".join(owned) + " | excess per job (" + ", ".join(OURS)
+          + ") |\n|" + " --- |" * (len(owned) + 3))  # fmt: skip
     for program in programs:
-        own = {n: statistics.median(DIST_TIMES[f"{program}: {n}"])
-               for n in ("cached-dist", HARD_LINK, "C floor", "Python floor")}  # fmt: skip
-        per_job = [(own[n] - own["Python floor"]) / jobs[program] for n in CONFIGS[1:3]]
+        own = {n: statistics.median(DIST_TIMES[f"{program}: {n}"]) for n in owned}
+        per_job = [1000 * (own[n] - own["Python floor"]) / jobs[program] for n in OURS]
         table[program]["distributor"] = {
             **{f"{n} s": v for n, v in own.items()},
-            "excess_ms_per_job": 1000 * per_job[0],
-            "excess_ms_per_job_hard_link": 1000 * per_job[1],
+            **{_excess_key(n): e for n, e in zip(OURS, per_job, strict=True)},
         }
         cells = " | ".join(f"{1000 * own[n]:.1f} ms" for n in own)
         print(f"| {program} | {jobs[program]} | {cells} | "
-              f"{1000 * per_job[0]:.3f}, {1000 * per_job[1]:.3f} ms/job |")  # fmt: skip
+              + ", ".join(f"{e:.3f}" for e in per_job) + " ms/job |")  # fmt: skip
     print("\nCreating an empty file where each program links (ms, median of 200): "
           + ", ".join(f"{p} {creates[p]:.3f}" for p in programs))  # fmt: skip
     speed = shard_speed([root / p / "shards" for p in programs])
@@ -330,11 +366,30 @@ def main(argv: list[str] | None = None) -> int:
     report = {"benchmark": "floor_bench", "date": time.strftime("%Y-%m-%d %H:%M:%S"),
               "machine": machine(), "load": os.getloadavg(), "rounds": args.rounds,
               "table": table, "shard_canonicalization": speed,
+              "warm_server": {"served": served, "handed_back": len(handed_back)},
               "times_s": {n: m.times for n, m in results.items()},
               "cpu_s": CPU_TIMES, "distributor_s": DIST_TIMES}  # fmt: skip
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "floor_bench.json").write_text(json.dumps(report, indent=1) + "\n")
     return 0
+
+
+def _excess_key(config: str) -> str:
+    """The results' name for a configuration's excess per job (the names of earlier runs)."""
+    names = {"cached-dist": "excess_ms_per_job", HARD_LINK: "excess_ms_per_job_hard_link",
+             WARM: "excess_ms_per_job_warm_server",
+             WARM_HARD_LINK: "excess_ms_per_job_warm_server_hard_link"}  # fmt: skip
+    return names[config]
+
+
+def _row(
+    program: str, jobs: int, med: dict[str, float], excess: list[float],
+    configs: Sequence[str] = CONFIGS,
+) -> str:  # fmt: skip
+    lld = med["LLD cache"]
+    cells = " | ".join(f"{1000 * med[n]:.0f} ms ({med[n] / lld:.2f}x)" for n in configs[1:])
+    return (f"| {program} | {jobs} | {1000 * lld:.0f} ms | {cells} | "
+            + ", ".join(f"{e:.3f}" for e in excess) + " ms/job |")  # fmt: skip
 
 
 if __name__ == "__main__":
