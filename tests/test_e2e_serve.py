@@ -347,3 +347,41 @@ def test_a_socket_of_another_user_is_not_used(tmp_path: Path) -> None:
             listener.wait()
     finally:
         shutil.rmtree(shared, ignore_errors=True)
+
+
+def test_garbage_on_the_socket_is_dropped(tmp_path: Path, server: Server) -> None:
+    """Whatever a connection sends, the server drops it and goes on serving links."""
+    import socket
+    import struct
+
+    def send(data: bytes, then: bytes | None = None) -> bytes:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(10)
+            s.connect(str(server.socket))
+            s.sendall(data)
+            try:
+                got = s.recv(5)
+                if then is not None:
+                    s.sendall(then)  # a 'D' without descriptors, or anything else
+                    got += s.recv(16)
+            except ConnectionResetError:  # closed with our bytes unread: dropped
+                return b""
+            return got
+
+    payload = b"22\0link\0job.json\0\0PATH=/bin\0"
+    assert send(b"XXXX" + struct.pack("<I", 4) + b"abcd") == b""
+    assert send(b"CDS1" + struct.pack("<I", 1 << 30)) == b""  # more than any client sends
+    assert send(b"CDS1" + struct.pack("<I", 5) + b"zz\0\0\0") == b""  # not an octal umask
+    accepted = send(b"CDS1" + struct.pack("<I", len(payload)) + payload, then=b"D")
+    assert accepted[:1] == b"A" and accepted[5:] == b""  # no descriptors: nothing more
+    deadline = time.monotonic() + 10
+    while server.text().count("dropped a malformed request") < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.text().count("dropped a malformed request") == 3
+    assert "lost the client (no descriptors)" in server.text()
+    project = build("shapes", tmp_path / "p")
+    cache = tmp_path / "cache"
+    assert link(project, server, cache).returncode == 0
+    done = link(project, server, cache, "app2")
+    assert done.returncode == 0 and server.served() == 1
+    assert project.run_program("app2") == project.expected_output
