@@ -82,6 +82,14 @@ def link(project: Project, server: Server, cache: Path, out: str = "app", *,
                         remote_compiler=remote_compiler)  # fmt: skip
 
 
+def cached_shapes(tmp_path: Path, server: Server) -> tuple[Project, Path]:
+    """The shapes program and a cache holding its link (the first link compiles)."""
+    project = build("shapes", tmp_path / "p")
+    cache = tmp_path / "cache"
+    assert link(project, server, cache).returncode == 0
+    return project, cache
+
+
 @pytest.mark.parametrize("archive", ["thin", "regular"])
 def test_full_hit_served_by_the_server_is_byte_identical(
     tmp_path: Path, server: Server, archive: str
@@ -139,9 +147,7 @@ def test_no_server_the_client_runs_cached_dist(tmp_path: Path) -> None:
 def test_a_stopped_server_costs_a_bounded_wait_and_never_a_double_link(
     tmp_path: Path, server: Server
 ) -> None:
-    project = build("shapes", tmp_path / "p")
-    cache = tmp_path / "cache"
-    assert link(project, server, cache).returncode == 0
+    project, cache = cached_shapes(tmp_path, server)
     server.proc.send_signal(signal.SIGSTOP)
     try:
         started = time.monotonic()
@@ -161,9 +167,7 @@ def test_a_stopped_server_costs_a_bounded_wait_and_never_a_double_link(
 
 
 def test_a_killed_server_leaves_links_working(tmp_path: Path, server: Server) -> None:
-    project = build("shapes", tmp_path / "p")
-    cache = tmp_path / "cache"
-    assert link(project, server, cache).returncode == 0
+    project, cache = cached_shapes(tmp_path, server)
     server.proc.kill()
     server.proc.wait()
     assert server.socket.exists()  # left behind, connections refused
@@ -197,9 +201,7 @@ def test_errors_are_cached_dist_s_own(tmp_path: Path, server: Server) -> None:
 def test_the_child_has_the_client_s_directory_umask_and_environment(
     tmp_path: Path, server: Server
 ) -> None:
-    project = build("shapes", tmp_path / "p")
-    cache = tmp_path / "cache"
-    assert link(project, server, cache).returncode == 0
+    project, cache = cached_shapes(tmp_path, server)
     # The environment decides the options (here --verbose), the directory the relative
     # paths, the umask the modes of the outputs the child writes.
     env = {**server.env, "CACHED_DIST_VERBOSE": "1"}
@@ -225,9 +227,7 @@ def link_command(project: Project, server: Server, cache: Path) -> list[str]:
 def test_a_client_in_another_mount_namespace_links_by_itself(
     tmp_path: Path, server: Server
 ) -> None:
-    project = build("shapes", tmp_path / "p")
-    cache = tmp_path / "cache"
-    assert link(project, server, cache).returncode == 0
+    project, cache = cached_shapes(tmp_path, server)
     command = project.link_command("app2", distributor=CLIENT,
                                    distributor_args=[cached_dist_exe(), f"--cache-dir={cache}"])  # fmt: skip
     done = run(["unshare", "--mount", "--propagation", "private", *command], project.dir,
@@ -238,9 +238,7 @@ def test_a_client_in_another_mount_namespace_links_by_itself(
 
 
 def test_options_the_server_leaves_alone_are_handed_back(tmp_path: Path, server: Server) -> None:
-    project = build("shapes", tmp_path / "p")
-    cache = tmp_path / "cache"
-    assert link(project, server, cache).returncode == 0
+    project, cache = cached_shapes(tmp_path, server)
     done = link(project, server, cache, "app2", args=["--verify-hits=1"])
     assert done.returncode == 0, done.stderr
     assert server.served() == 0 and "verified" in done.stderr
@@ -379,9 +377,7 @@ def test_garbage_on_the_socket_is_dropped(tmp_path: Path, server: Server) -> Non
         time.sleep(0.05)
     assert server.text().count("dropped a malformed request") == 3
     assert "lost the client (no descriptors)" in server.text()
-    project = build("shapes", tmp_path / "p")
-    cache = tmp_path / "cache"
-    assert link(project, server, cache).returncode == 0
+    project, cache = cached_shapes(tmp_path, server)
     done = link(project, server, cache, "app2")
     assert done.returncode == 0 and server.served() == 1
     assert project.run_program("app2") == project.expected_output
