@@ -1,10 +1,11 @@
 # Two entry points, both doing all set-up on a fresh machine:
 #   make demo   a ThinLTO link through cached-dist with the default cache and runner
 #   make demo-dask  the same link compiled on a local Dask cluster (scheduler, workers)
+#   make demo-serve the same link through the warm server (cached-dist serve)
 #   make test   ruff, mypy --strict and the pytest suite (what .ci/run runs)
 export PATH := $(CURDIR)/.venv/bin:/usr/lib/llvm-22/bin:$(PATH)
 
-.PHONY: setup demo demo-remote demo-dask test lint bench sanitize fuzz
+.PHONY: setup demo demo-remote demo-dask demo-serve test lint bench sanitize fuzz
 
 setup:
 	scripts/setup
@@ -19,6 +20,10 @@ demo-remote: setup
 # A Dask scheduler and two workers on loopback, one unable to see the build directory.
 demo-dask: setup
 	scripts/demo-dask
+
+# The warm server: a full hit served without starting Python (docs/guide.md).
+demo-serve: setup
+	scripts/demo-serve
 
 lint: setup
 	ruff check .
