@@ -31,7 +31,7 @@ class Handoff:
         self.conn = conn
         self.committed = False
         self._streams: tuple[TextIO, TextIO] = (sys.stdout, sys.stderr)
-        sys.stdout, sys.stderr = io.StringIO(), io.StringIO()  # held back until committed
+        sys.stdout, sys.stderr = _Held(sys.stdout), _Held(sys.stderr)  # until committed
 
     def commit(self, full_hit: bool, why: str = "not a full hit from the local cache") -> None:
         """Raises FallBack(why) unless ``full_hit`` and the client still waits; then lets the
@@ -60,3 +60,18 @@ class Handoff:
         """Drops what was held back (the client's own run will say it again)."""
         if not self.committed:
             sys.stdout, sys.stderr = self._streams
+
+
+class _Held(io.StringIO):
+    """What a stream would have been given; a terminal still says it is one (the link's
+    progress line depends on it)."""
+
+    def __init__(self, real: TextIO) -> None:
+        super().__init__()
+        self.real = real
+
+    def isatty(self) -> bool:
+        try:
+            return self.real.isatty()
+        except (OSError, ValueError):
+            return False
