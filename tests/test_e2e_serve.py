@@ -362,22 +362,78 @@ def test_garbage_on_the_socket_is_dropped(tmp_path: Path, server: Server) -> Non
                 if then is not None:
                     s.sendall(then)  # a 'D' without descriptors, or anything else
                     got += s.recv(16)
-            except ConnectionResetError:  # closed with our bytes unread: dropped
+            except (ConnectionResetError, BrokenPipeError):  # closed on us: dropped
                 return b""
             return got
 
-    payload = b"22\0link\0job.json\0\0PATH=/bin\0"
+    # umask, ignored signals, argument count, CACHED_DIST and its arguments, environment
+    payload = b"\x00".join([b"22", b"0", b"2", b"cached-dist", b"job.json", b"PATH=/bin", b""])
     assert send(b"XXXX" + struct.pack("<I", 4) + b"abcd") == b""
     assert send(b"CDS1" + struct.pack("<I", 1 << 30)) == b""  # more than any client sends
-    assert send(b"CDS1" + struct.pack("<I", 5) + b"zz\0\0\0") == b""  # not an octal umask
+    umask = b"\x00".join([b"zz", b"0", b"1", b"x", b""])  # not an octal umask
+    assert send(b"CDS1" + struct.pack("<I", len(umask)) + umask) == b""
+    count = b"\x00".join([b"22", b"0", b"9", b"cached-dist", b""])  # fewer arguments than said
+    assert send(b"CDS1" + struct.pack("<I", len(count)) + count) == b""
     accepted = send(b"CDS1" + struct.pack("<I", len(payload)) + payload, then=b"D")
     assert accepted[:1] == b"A" and accepted[5:] == b""  # no descriptors: nothing more
     deadline = time.monotonic() + 10
-    while server.text().count("dropped a malformed request") < 3 and time.monotonic() < deadline:
+    while server.text().count("dropped a malformed request") < 4 and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert server.text().count("dropped a malformed request") == 3
+    assert server.text().count("dropped a malformed request") == 4
     assert "lost the client (no descriptors)" in server.text()
     project, cache = cached_shapes(tmp_path, server)
     done = link(project, server, cache, "app2")
     assert done.returncode == 0 and server.served() == 1
     assert project.run_program("app2") == project.expected_output
+
+
+def test_a_link_for_another_cached_dist_or_interpreter_is_handed_back(
+    tmp_path: Path, server: Server
+) -> None:
+    """Another install (a copy of the program elsewhere) or other PYTHON* settings: the server
+    would run its own code with its own interpreter settings, so cached-dist does the link."""
+    project, cache = cached_shapes(tmp_path, server)
+    other = tmp_path / "other" / "cached-dist"
+    other.parent.mkdir()
+    shutil.copy(cached_dist_exe(), other)
+    done = project.link("app2", distributor=CLIENT, env=server.env,
+                        distributor_args=[str(other), f"--cache-dir={cache}"])  # fmt: skip
+    assert done.returncode == 0 and "4 jobs: 4 hits" in done.stderr
+    assert any("another cached-dist" in line for line in server.handed_back())
+    done = link(project, server, cache, "app3", env={**server.env, "PYTHONWARNINGS": "ignore"})
+    assert done.returncode == 0 and "4 jobs: 4 hits" in done.stderr
+    assert any("PYTHON* environment" in line for line in server.handed_back())
+    assert server.served() == 0
+    assert link(project, server, cache, "app4").returncode == 0 and server.served() == 1
+
+
+def test_ignored_signals_stay_ignored(tmp_path: Path) -> None:
+    """Under nohup (SIGHUP ignored) the program the client runs ignores it too."""
+    show = tmp_path / "show-ignored"
+    show.write_text("#!/bin/sh\ngrep SigIgn /proc/self/status\n")
+    show.chmod(0o755)
+    env = {**os.environ, "CACHED_DIST_SOCKET": str(tmp_path / "none.sock")}
+    plain = run(["sh", "-c", f'trap "" HUP INT && exec "{show}"'], tmp_path, env=env)
+    through = run(["sh", "-c", f'trap "" HUP INT && exec "{CLIENT}" "{show}" job.json'],
+                  tmp_path, env=env)  # fmt: skip
+    assert plain.returncode == through.returncode == 0
+    mask = int(plain.stdout.split()[1], 16)
+    assert mask & (1 << (signal.SIGHUP - 1)) and mask & (1 << (signal.SIGINT - 1))
+    assert through.stdout == plain.stdout
+
+
+def test_a_full_queue_never_hangs_a_link(tmp_path: Path, server: Server) -> None:
+    """A stopped server's queue fills up; a client that cannot even be queued runs
+    cached-dist at once, and none waits past its 2 s."""
+    server.proc.send_signal(signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        clients = [subprocess.Popen([CLIENT, "/bin/true", "job.json"], env=server.env,
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                   for _ in range(160)]  # fmt: skip  # more than the listen backlog (128)
+        statuses = [c.wait(timeout=60) for c in clients]
+        took = time.monotonic() - started
+    finally:
+        server.proc.send_signal(signal.SIGCONT)
+    assert statuses == [0] * 160
+    assert took < 30

@@ -374,10 +374,10 @@ def run_cached(
             **link.counters,
             **remote,
         }
-        if handoff is None or handoff.committed:  # a link handed back is counted by the client
+        if handoff is None or handoff.committed:  # a link handed back is the client's to do
             store.record(
                 hits=link.summary.hits, misses=link.summary.compiled,
                 time_saved=link.time_saved, bytes_served=link.bytes_served, **counters,
             )  # fmt: skip
-        writes.flush()
+            writes.flush()
     return link.summary

@@ -8,9 +8,12 @@
  * (standard streams and working directory as file descriptors, arguments, environment,
  * umask) and relays the outcome:
  *
- *   client -> server  "CDS1", u32 payload length, payload (umask in octal, NUL, each argument
- *                     and NUL, an empty string, each environment entry and NUL)
- *   server -> client  'A' + u32 child pid (within ACCEPT_MS, or the client gives up)
+ *   client -> server  "CDS1", u32 payload length, payload: umask in octal, NUL, the ignored
+ *                     signals (a decimal bit mask: 1 << SIGHUP...), NUL, the argument count,
+ *                     NUL, each argument (CACHED_DIST first) and NUL, each environment entry
+ *                     and NUL
+ *   server -> client  'A' + u32 child pid (connect, request and 'A' within ACCEPT_MS, or
+ *                     the client gives up: a full queue or a stuck server never hangs a link)
  *   client -> server  'D' with fds 0, 1, 2 and the working directory attached (SCM_RIGHTS)
  *                     'F'                     not a full hit, or cannot serve: run CACHED_DIST
  *                     'R'                     a full hit, about to write outputs: 'G' to go
@@ -31,6 +34,7 @@
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -45,6 +49,13 @@ extern char **environ;
 
 static volatile pid_t child_pid; /* the server's child serving this link, once known */
 
+/* The signals a child is sent when this process gets them, unless this process ignores them
+ * (as under nohup): then it ignores them as cached-dist would have, and so does the child. */
+static const int FORWARDED[] = {SIGHUP, SIGINT, SIGQUIT, SIGTERM};
+#define N_FORWARDED (sizeof FORWARDED / sizeof *FORWARDED)
+static struct sigaction original[N_FORWARDED]; /* read first thing in main */
+static unsigned long ignored;                     /* bit 1 << sig: ignored on entry */
+
 /* Ctrl-C and friends reach the process that does the work, then this one as usual. */
 static void forward(int sig) {
     int saved = errno;
@@ -53,6 +64,42 @@ static void forward(int sig) {
     signal(sig, SIG_DFL);
     raise(sig);
     errno = saved;
+}
+
+static void read_dispositions(void) {
+    for (size_t i = 0; i < N_FORWARDED; i++) {
+        if (sigaction(FORWARDED[i], NULL, &original[i]) != 0) {
+            original[i].sa_handler = SIG_IGN; /* unknown: leave it alone */
+            continue;
+        }
+        if (original[i].sa_handler == SIG_IGN)
+            ignored |= 1ul << FORWARDED[i];
+    }
+}
+
+static long now_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+/* Waits for fd to be ready for events until deadline (ms, now_ms; -1: no limit). */
+static int ready(int fd, short events, long deadline) {
+    for (;;) {
+        int wait = -1;
+        if (deadline >= 0) {
+            long left = deadline - now_ms();
+            if (left <= 0)
+                return -1;
+            wait = (int)left;
+        }
+        struct pollfd pfd = {.fd = fd, .events = events};
+        int r = poll(&pfd, 1, wait);
+        if (r > 0)
+            return 0;
+        if (r < 0 && errno != EINTR)
+            return -1;
+    }
 }
 
 static int socket_path(char *out, size_t cap) {
@@ -93,20 +140,14 @@ static int put(struct buf *b, const char *s, size_t len) {
 
 static int put_str(struct buf *b, const char *s) { return put(b, s, strlen(s) + 1); }
 
-/* Reads exactly n bytes; waits at most timeout_ms for them (-1: no limit). 0 on success. */
-static int read_exact(int fd, void *to, size_t n, int timeout_ms) {
+/* Reads exactly n bytes by deadline (-1: no limit). 0 on success. */
+static int read_exact(int fd, void *to, size_t n, long deadline) {
     char *p = to;
     while (n) {
-        if (timeout_ms >= 0) {
-            struct pollfd pfd = {.fd = fd, .events = POLLIN};
-            int r = poll(&pfd, 1, timeout_ms);
-            if (r < 0 && errno == EINTR)
-                continue;
-            if (r <= 0)
-                return -1;
-        }
-        ssize_t got = read(fd, p, n);
-        if (got < 0 && errno == EINTR)
+        if (ready(fd, POLLIN, deadline))
+            return -1;
+        ssize_t got = recv(fd, p, n, MSG_DONTWAIT);
+        if (got < 0 && (errno == EINTR || errno == EAGAIN))
             continue;
         if (got <= 0)
             return -1;
@@ -116,11 +157,14 @@ static int read_exact(int fd, void *to, size_t n, int timeout_ms) {
     return 0;
 }
 
-static int write_all(int fd, const void *from, size_t n) {
+/* Writes all n bytes by deadline (-1: no limit). 0 on success. */
+static int write_all(int fd, const void *from, size_t n, long deadline) {
     const char *p = from;
     while (n) {
-        ssize_t put_n = send(fd, p, n, MSG_NOSIGNAL);
-        if (put_n < 0 && errno == EINTR)
+        if (ready(fd, POLLOUT, deadline))
+            return -1;
+        ssize_t put_n = send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (put_n < 0 && (errno == EINTR || errno == EAGAIN))
             continue;
         if (put_n <= 0)
             return -1;
@@ -130,23 +174,27 @@ static int write_all(int fd, const void *from, size_t n) {
     return 0;
 }
 
-/* Sends the request; -1 if anything about it fails (the caller then runs the link itself). */
-static int send_request(int s, int argc, char **argv) {
+/* Sends the request by deadline; -1 if anything about it fails (the caller then runs the
+ * link itself). */
+static int send_request(int s, int argc, char **argv, long deadline) {
     struct buf b = {0};
     char text[32];
     mode_t mask = umask(0);
     umask(mask);
     snprintf(text, sizeof text, "%o", (unsigned)mask);
     int bad = put_str(&b, text);
-    for (int i = 2; i < argc && !bad; i++)
+    snprintf(text, sizeof text, "%lu", ignored);
+    bad = bad || put_str(&b, text);
+    snprintf(text, sizeof text, "%d", argc - 1);
+    bad = bad || put_str(&b, text);
+    for (int i = 1; i < argc && !bad; i++)
         bad = put_str(&b, argv[i]);
-    bad = bad || put(&b, "", 1);
     for (char **e = environ; *e && !bad; e++)
         bad = put_str(&b, *e);
     char head[8] = {'C', 'D', 'S', '1'};
     uint32_t len = (uint32_t)b.n;
     memcpy(head + 4, &len, 4);
-    bad = bad || write_all(s, head, sizeof head) || write_all(s, b.v, b.n);
+    bad = bad || write_all(s, head, sizeof head, deadline) || write_all(s, b.v, b.n, deadline);
     free(b.v);
     return bad ? -1 : 0;
 }
@@ -173,7 +221,7 @@ static int send_descriptors(int s) {
     memcpy(CMSG_DATA(c), fds, sizeof fds);
     ssize_t sent;
     do
-        sent = sendmsg(s, &m, MSG_NOSIGNAL);
+        sent = ready(s, POLLOUT, now_ms() + ACCEPT_MS) ? -1 : sendmsg(s, &m, MSG_NOSIGNAL);
     while (sent < 0 && errno == EINTR);
     close(cwd);
     return sent == 1 ? 0 : -1;
@@ -184,7 +232,9 @@ static int through_server(int argc, char **argv) {
     char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
     if (socket_path(path, sizeof path))
         return -1;
-    int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    long deadline = now_ms() + ACCEPT_MS;
+    /* Non-blocking: a full queue (a stuck server) is EAGAIN at once, not a wait. */
+    int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (s < 0)
         return -1;
     struct sockaddr_un addr = {.sun_family = AF_UNIX};
@@ -203,7 +253,7 @@ static int through_server(int argc, char **argv) {
         return -1;
     }
     char accepted[5];
-    if (send_request(s, argc, argv) || read_exact(s, accepted, 5, ACCEPT_MS) ||
+    if (send_request(s, argc, argv, deadline) || read_exact(s, accepted, 5, deadline) ||
         accepted[0] != 'A' || send_descriptors(s)) {
         close(s);
         return -1;
@@ -211,11 +261,11 @@ static int through_server(int argc, char **argv) {
     uint32_t pid;
     memcpy(&pid, accepted + 1, 4);
     child_pid = (pid_t)pid;
-    static const int forwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
-    for (size_t i = 0; i < sizeof forwarded / sizeof *forwarded; i++)
-        signal(forwarded[i], forward);
+    for (size_t i = 0; i < N_FORWARDED; i++)
+        if (original[i].sa_handler != SIG_IGN)
+            signal(FORWARDED[i], forward);
     char reply[2];
-    if (read_exact(s, reply, 1, -1) || reply[0] != 'R' || write_all(s, "G", 1) ||
+    if (read_exact(s, reply, 1, -1) || reply[0] != 'R' || write_all(s, "G", 1, -1) ||
         read_exact(s, reply, 2, -1) || reply[0] != 'S') {
         close(s); /* 'F', or the child died: the link is done here, from the start */
         child_pid = 0;
@@ -231,12 +281,13 @@ int main(int argc, char **argv) {
                         "JOBFILE (see `cached-dist flags --server`)\n");
         return 2;
     }
+    read_dispositions();
     int status = through_server(argc, argv);
     if (status >= 0)
         return status;
-    static const int restored[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
-    for (size_t i = 0; i < sizeof restored / sizeof *restored; i++)
-        signal(restored[i], SIG_DFL);
+    for (size_t i = 0; i < N_FORWARDED; i++) /* as they were: ignored ones stay ignored */
+        if (original[i].sa_handler != SIG_IGN)
+            sigaction(FORWARDED[i], &original[i], NULL);
     execvp(argv[1], argv + 1);
     fprintf(stderr, "cached-dist: error: cannot run %s: %s\n", argv[1], strerror(errno));
     return 127;

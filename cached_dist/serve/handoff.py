@@ -53,8 +53,11 @@ class Handoff:
         for text, stream in zip(held, self._streams, strict=True):
             value = text.getvalue() if isinstance(text, io.StringIO) else ""
             if value:
-                stream.write(value)
-                stream.flush()
+                try:
+                    stream.write(value)
+                    stream.flush()
+                except (OSError, ValueError):
+                    pass  # a closed stream, as Log itself treats one
 
     def discard(self) -> None:
         """Drops what was held back (the client's own run will say it again)."""

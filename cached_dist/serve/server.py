@@ -60,6 +60,10 @@ class Server:
         self.stamps: list[tuple[str, int, int]] = []
         # A child restores what a process of its own would start with.
         self.dispositions: dict[int, Any] = {s: signal.getsignal(s) for s in _FORWARDED}
+        # Whom the server stands in for: links meant for another cached-dist (another
+        # install, another version) are handed back, as are those whose interpreter would
+        # run differently (PYTHONPATH, PYTHONIOENCODING...).
+        self.identity = Identity(os.path.realpath(sys.argv[0]), _python_settings(os.environ))
         self.log_fd = -1  # the server's own stderr, for a child's --verbose line
         self.bound = -1  # the socket file's inode
 
@@ -124,7 +128,8 @@ class Server:
             os.close(self.lock_fd)
             for sig, disposition in self.dispositions.items():
                 signal.signal(sig, disposition)
-            outcome = _serve_link(conn, peer_pid)
+            os.setpgid(0, 0)  # not the server's: Ctrl-C on its terminal stops no link
+            outcome = _serve_link(conn, peer_pid, self.identity)
             if outcome and self.log.verbose:
                 os.write(self.log_fd, f"cached-dist: {outcome}\n".encode(errors="replace"))
         finally:
@@ -224,7 +229,31 @@ def _changed(stamps: list[tuple[str, int, int]]) -> bool:
     return False
 
 
-def _serve_link(conn: socket.socket, peer_pid: int) -> str:
+class Identity:
+    """The program a server stands in for and the interpreter settings it runs with."""
+
+    def __init__(self, program: str, python: dict[str, str]) -> None:
+        self.program = program
+        self.python = python
+
+    def differs(self, program: str, env: dict[str, str]) -> str:
+        """Why a link (its CACHED_DIST, resolved in the client's directory and PATH, and its
+        environment) is not for this server ("" if it is)."""
+        import shutil
+
+        found = program if "/" in program else shutil.which(program, path=env.get("PATH"))
+        if not found or os.path.realpath(found) != self.program:
+            return f"the link is for another cached-dist ({program})"
+        if _python_settings(env) != self.python:
+            return "the link's PYTHON* environment differs from the server's"
+        return ""
+
+
+def _python_settings(env: dict[str, str] | os._Environ[str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k.startswith("PYTHON")}
+
+
+def _serve_link(conn: socket.socket, peer_pid: int, identity: Identity) -> str:
     """The child's whole work; returns what ``--verbose`` says of it ("" for nothing)."""
     conn.settimeout(REQUEST_TIMEOUT)
     try:
@@ -233,7 +262,7 @@ def _serve_link(conn: socket.socket, peer_pid: int) -> str:
         return f"dropped a malformed request ({e})"
     if request is None:
         return "dropped a malformed request"
-    umask, argv, env = request
+    umask, ignored, program, argv, env = request
     handoff: Handoff | None = None
     fds: list[int] = []
     try:
@@ -243,13 +272,26 @@ def _serve_link(conn: socket.socket, peer_pid: int) -> str:
         why = _unservable(peer_pid, argv)
         if why:
             raise FallBack(why)
-        _become(fds, env, umask)
+        _become(fds, env, umask, ignored)
         fds = []
-        sys.argv = ["cached-dist", *argv]
+        why = identity.differs(program, env)  # here: a relative path is the client's
+        if why:
+            raise FallBack(why)
+        sys.argv = [program, *argv]
         from ..cli import main
 
         handoff = Handoff(conn)
-        status = main(argv, handoff=handoff)
+        try:
+            status = main(argv, handoff=handoff)
+        except FallBack:
+            raise
+        except BaseException as e:  # --debug re-raises; and SystemExit, say
+            if not handoff.committed:
+                raise FallBack(f"{type(e).__name__} before any output") from None
+            import traceback
+
+            traceback.print_exc()  # as the interpreter would, in a process of its own
+            status = 1
         if not handoff.committed:
             raise FallBack(f"nothing served (exit status {status} before any output)")
         for stream in (sys.stdout, sys.stderr):
@@ -270,25 +312,30 @@ def _serve_link(conn: socket.socket, peer_pid: int) -> str:
             os.close(fd)
 
 
-def _read_request(conn: socket.socket) -> tuple[int, list[str], dict[str, str]] | None:
-    """(umask, arguments, environment), or None for what no client.c sends."""
+Request = tuple[int, int, str, list[str], dict[str, str]]
+
+
+def _read_request(conn: socket.socket) -> Request | None:
+    """(umask, ignored signals, CACHED_DIST, its arguments, environment), or None for what no
+    client.c sends."""
     head = _read_exact(conn, HEADER.size)
     magic, length = HEADER.unpack(head)
     if magic != MAGIC or length > MAX_PAYLOAD:
         return None
     words = _read_exact(conn, length).split(b"\0")
     try:
-        end = words.index(b"", 1)
-        umask = int(words[0], 8)
-    except ValueError:
+        umask, ignored, count = int(words[0], 8), int(words[1]), int(words[2])
+    except (ValueError, IndexError):
         return None
-    argv = [os.fsdecode(w) for w in words[1:end]]
+    if not 0 < count <= len(words) - 4 or words[-1] != b"":
+        return None
+    program, *argv = [os.fsdecode(w) for w in words[3 : 3 + count]]
     env = {}
-    for entry in words[end + 1 :]:
+    for entry in words[3 + count : -1]:
         name, eq, value = entry.partition(b"=")
         if eq and name:
             env[os.fsdecode(name)] = os.fsdecode(value)
-    return umask, argv, env
+    return umask, ignored, program, argv, env
 
 
 def _read_exact(conn: socket.socket, size: int) -> bytes:
@@ -319,7 +366,7 @@ def _unservable(peer_pid: int, argv: list[str]) -> str:
     if not argv or argv[0] in SUBCOMMANDS or {"-h", "--help", "--version"} & set(argv):
         return "not a link"
     try:
-        for link in ("ns/mnt", "root"):
+        for link in ("ns/mnt", "ns/pid", "root"):
             theirs, ours = os.stat(f"/proc/{peer_pid}/{link}"), os.stat(f"/proc/self/{link}")
             if (theirs.st_dev, theirs.st_ino) != (ours.st_dev, ours.st_ino):
                 return "the client sees other files (mount namespace or root)"
@@ -328,8 +375,12 @@ def _unservable(peer_pid: int, argv: list[str]) -> str:
     return ""
 
 
-def _become(fds: list[int], env: dict[str, str], umask: int) -> None:
-    """This process takes the client's streams, directory, environment and umask."""
+def _become(fds: list[int], env: dict[str, str], umask: int, ignored: int) -> None:
+    """This process takes the client's streams, directory, environment, umask and ignored
+    signals (a cached-dist started under nohup ignores SIGHUP too)."""
+    for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM):  # client.c's
+        if ignored >> sig & 1:
+            signal.signal(sig, signal.SIG_IGN)
     for target, fd in enumerate(fds[:3]):
         os.dup2(fd, target)
     os.fchdir(fds[3])
