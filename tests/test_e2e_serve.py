@@ -36,10 +36,10 @@ pytestmark = [requires_toolchain, pytest.mark.e2e,
 class Server:
     """A real ``cached-dist serve --verbose`` on a private socket; its log is a file."""
 
-    def __init__(self, where: Path, *extra: str) -> None:
+    def __init__(self, where: Path, *extra: str, env: dict[str, str] | None = None) -> None:
         self.socket = where / "s.sock"
         self.log = where / "server.log"
-        self.env = {**os.environ, "CACHED_DIST_SOCKET": str(self.socket)}
+        self.env = {**(env or os.environ), "CACHED_DIST_SOCKET": str(self.socket)}
         self.proc = subprocess.Popen(
             [cached_dist_exe(), "serve", "--verbose", *extra], env=self.env,
             stdout=subprocess.DEVNULL, stderr=self.log.open("w"),
@@ -437,3 +437,21 @@ def test_a_full_queue_never_hangs_a_link(tmp_path: Path, server: Server) -> None
         server.proc.send_signal(signal.SIGCONT)
     assert statuses == [0] * 160
     assert took < 30
+
+
+@pytest.mark.parametrize("archive", ["thin", "regular"])
+def test_a_served_full_hit_imports_nothing(tmp_path: Path, archive: str) -> None:
+    """Everything a full hit needs is imported by the server once (PRELOAD), not by each
+    child: with import timing on for both, a served link's stderr shows no import."""
+    env = {**os.environ, "PYTHONPROFILEIMPORTTIME": "1"}
+    server = Server(tmp_path, env=env)
+    try:
+        project = build("shapes", tmp_path / "p", archive)  # type: ignore[arg-type]
+        cache = tmp_path / "cache"
+        assert link(project, server, cache).returncode == 0
+        done = link(project, server, cache, "app2")
+        assert done.returncode == 0 and server.served() == 1
+        assert "4 jobs: 4 hits" in done.stderr
+        assert [line for line in done.stderr.splitlines() if "import time:" in line] == []
+    finally:
+        server.stop()
