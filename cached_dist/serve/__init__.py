@@ -21,6 +21,21 @@ if TYPE_CHECKING:
 CLIENT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cached-dist-client")
 
 
+def require_client() -> str:
+    """CLIENT, or the error both ``serve`` and ``flags --server`` give without it."""
+    if not os.access(CLIENT, os.X_OK):
+        from ..errors import UsageError
+
+        raise UsageError(f"the warm server's client {CLIENT} is not built: reinstall "
+                         "cached-dist where a C compiler is available")  # fmt: skip
+    return CLIENT
+
+
+def default_socket() -> str:
+    """The socket when neither variable names a place: in a directory of the user's own."""
+    return f"/tmp/cached-dist-{os.getuid()}/server.sock"
+
+
 def socket_path(environ: Mapping[str, str]) -> str:
     """Where the server listens and the client connects; client.c resolves it the same way:
     $CACHED_DIST_SOCKET, else $XDG_RUNTIME_DIR/cached-dist.sock, else a directory of the
@@ -31,4 +46,4 @@ def socket_path(environ: Mapping[str, str]) -> str:
     runtime = environ.get("XDG_RUNTIME_DIR", "")
     if runtime.startswith("/"):
         return os.path.join(runtime, "cached-dist.sock")
-    return f"/tmp/cached-dist-{os.getuid()}/server.sock"
+    return default_socket()

@@ -31,7 +31,8 @@ class Handoff:
         self.conn = conn
         self.committed = False
         self._streams: tuple[TextIO, TextIO] = (sys.stdout, sys.stderr)
-        sys.stdout, sys.stderr = _Held(sys.stdout), _Held(sys.stderr)  # until committed
+        self._held = (_Held(sys.stdout), _Held(sys.stderr))
+        sys.stdout, sys.stderr = self._held  # until committed
 
     def commit(self, full_hit: bool, why: str = "not a full hit from the local cache") -> None:
         """Raises FallBack(why) unless ``full_hit`` and the client still waits; then lets the
@@ -48,10 +49,9 @@ class Handoff:
         if go != b"G":
             raise FallBack("the client gave up waiting")  # and links by itself
         self.committed = True
-        held = (sys.stdout, sys.stderr)
         sys.stdout, sys.stderr = self._streams
-        for text, stream in zip(held, self._streams, strict=True):
-            value = text.getvalue() if isinstance(text, io.StringIO) else ""
+        for held, stream in zip(self._held, self._streams, strict=True):
+            value = held.getvalue()
             if value:
                 try:
                     stream.write(value)

@@ -20,6 +20,7 @@ import struct
 import sys
 
 from ..errors import UsageError
+from . import default_socket
 from .handoff import FallBack, Handoff
 
 TYPE_CHECKING = False
@@ -138,7 +139,7 @@ class Server:
 
     def _listen(self) -> socket.socket:
         directory = os.path.dirname(self.path) or "."
-        if self.path == f"/tmp/cached-dist-{os.getuid()}/server.sock":
+        if self.path == default_socket():
             _private_directory(directory)
         lock_path = self.path + ".lock"
         try:

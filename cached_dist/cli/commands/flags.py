@@ -45,15 +45,13 @@ def main(args: list[str]) -> int:
 def _through_client(flags: list[str], distributor: str) -> list[str]:
     """The client as the distributor, cached-dist its first word (what it runs when the
     server does not serve a link)."""
-    from ...serve import CLIENT
+    from ...serve import require_client
 
-    if not os.access(CLIENT, os.X_OK):
-        raise UsageError(f"the warm server's client {CLIENT} is not built: reinstall "
-                         "cached-dist where a C compiler is available")  # fmt: skip
+    client = require_client()
     if "," in distributor:
         raise UsageError(f"the path {distributor!r} contains a comma, which clang would split")
     at = flags.index(f"-fthinlto-distributor={distributor}")
-    return [*flags[:at], f"-fthinlto-distributor={CLIENT}",
+    return [*flags[:at], f"-fthinlto-distributor={client}",
             f"-Xthinlto-distributor={distributor}", *flags[at + 1 :]]  # fmt: skip
 
 

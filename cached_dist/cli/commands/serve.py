@@ -11,7 +11,8 @@ import os
 
 from ...errors import UsageError
 from ...log import Log
-from ...serve import CLIENT, socket_path
+from ...options import _idle_seconds
+from ...serve import require_client, socket_path
 
 
 def main(args: list[str]) -> int:
@@ -24,22 +25,13 @@ def main(args: list[str]) -> int:
             quiet = True
         elif word == "--idle-exit" or word.startswith("--idle-exit="):
             text = word.partition("=")[2] if "=" in word else next(words, "")
-            idle = _seconds(text)
+            try:
+                idle = _idle_seconds(text)  # as the options' idle times: 0 turns it off
+            except ValueError as e:
+                raise UsageError(f"serve: --idle-exit: {e}") from None
         else:
             raise UsageError(f"serve: unknown argument {word!r} (see cached-dist serve --help)")
-    if not os.access(CLIENT, os.X_OK):
-        raise UsageError(f"the warm server's client {CLIENT} is not built: reinstall cached-dist "
-                         "where a C compiler is available")  # fmt: skip
+    require_client()
     from ...serve.server import Server
 
     return Server(socket_path(os.environ), idle, Log(quiet=quiet, verbose=verbose)).run()
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value >= 0 or value == float("inf"):
-        raise UsageError(f"serve: --idle-exit needs a number of seconds >= 0, not {text!r}")
-    return value
