@@ -219,10 +219,13 @@ static int send_descriptors(int s) {
     c->cmsg_type = SCM_RIGHTS;
     c->cmsg_len = CMSG_LEN(sizeof fds);
     memcpy(CMSG_DATA(c), fds, sizeof fds);
-    ssize_t sent;
-    do
-        sent = ready(s, POLLOUT, now_ms() + ACCEPT_MS) ? -1 : sendmsg(s, &m, MSG_NOSIGNAL);
-    while (sent < 0 && errno == EINTR);
+    long deadline = now_ms() + ACCEPT_MS; /* once: a retry must not extend it */
+    ssize_t sent = -1;
+    while (!ready(s, POLLOUT, deadline)) {
+        sent = sendmsg(s, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (sent >= 0 || (errno != EINTR && errno != EAGAIN))
+            break;
+    }
     close(cwd);
     return sent == 1 ? 0 : -1;
 }
