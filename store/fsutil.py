@@ -153,6 +153,37 @@ def spread_subdirectories(path: str) -> bool:
         os.close(fd)
 
 
+_CHUNK = 1 << 16
+#: O_NONBLOCK: a FIFO put where a small file belongs reads as empty or fails, never blocks.
+_READ_NONBLOCKING = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def read_nonblocking(path: str, limit: int | None = None) -> bytes | None:
+    """A small file's bytes (at most ``limit``), None if unreadable. Opened non-blocking and
+    read raw: a FIFO, even one a writer holds open (where a buffered read returns None and
+    os.read fails with EAGAIN), reads as empty or None, never as a wait."""
+    try:
+        fd = os.open(path, _READ_NONBLOCKING)
+    except OSError:
+        return None
+    try:
+        chunks = [os.read(fd, _CHUNK)]
+        size = len(chunks[0])
+        if size == _CHUNK:  # a long one (an entry with a compiler's messages)
+            while limit is None or size < limit:
+                chunk = os.read(fd, _CHUNK)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    return data if limit is None else data[:limit]
+
+
 def write_all(fd: int, data: bytes | memoryview) -> None:
     """os.write may write less than asked; loop until all of `data` is out."""
     view = memoryview(data)

@@ -24,7 +24,7 @@ import os
 
 import xxhash
 
-from .fsutil import TempFile, rename_into, unlink_quietly, write_all
+from .fsutil import TempFile, read_nonblocking, rename_into, unlink_quietly, write_all
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -32,9 +32,6 @@ if TYPE_CHECKING:
 
     from .fsutil import Modes
 
-_READ = 1 << 16
-#: O_NONBLOCK: a FIFO put where a row file belongs reads as empty (absent), never blocks.
-_OPEN = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
 _ENCODING = "utf-8"
 _ERRORS = "surrogatepass"  # any str a key or value can be round-trips
 
@@ -47,27 +44,6 @@ def _header(full_key: str) -> bytes:
 def _encoded(full_key: str, value: str) -> bytes:
     body = _header(full_key) + value.encode(_ENCODING, _ERRORS)
     return b"%016x\n" % xxhash.xxh3_64_intdigest(body) + body
-
-
-def _read_file(path: str) -> bytes | None:
-    """A file's bytes, None if unreadable. Raw reads: on a FIFO a writer holds open, a
-    buffered read returns None; os.read fails with EAGAIN, which reads as absent too."""
-    try:
-        fd = os.open(path, _OPEN)
-    except OSError:
-        return None
-    try:
-        data = os.read(fd, _READ)
-        if len(data) == _READ:  # a long row (an entry with a compiler's messages)
-            chunks = [data]
-            while chunk := os.read(fd, _READ):
-                chunks.append(chunk)
-            data = b"".join(chunks)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    return data
 
 
 def _checked(data: bytes) -> bytes | None:
@@ -92,7 +68,7 @@ class Rows:
 
     def get(self, full_key: str) -> str | None:
         """The row's value, or None when there is no file or it holds something else."""
-        data = _read_file(self.path(full_key))
+        data = read_nonblocking(self.path(full_key))
         if data is None:
             return None
         body = _checked(data)
@@ -132,7 +108,7 @@ class Rows:
         check and the unlink another's file may be lost; its row is then read from the
         database once, never served stale."""
         path = self.path(full_key)
-        if _read_file(path) == _encoded(full_key, value):
+        if read_nonblocking(path) == _encoded(full_key, value):
             unlink_quietly(path)
 
     def files(self) -> Iterator[tuple[str, str | None]]:
@@ -168,7 +144,7 @@ class Rows:
 
 def _key_of(path: str) -> str | None:
     """The key a row file holds, None if the file is unreadable or not a row file."""
-    data = _read_file(path)
+    data = read_nonblocking(path)
     body = None if data is None else _checked(data)
     if body is None:
         return None

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 
-from .fsutil import TempFile, rename_into, write_all
+from .fsutil import TempFile, read_nonblocking, rename_into, write_all
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -80,13 +80,14 @@ def take(stats_dir: str, stale_after: float = 3600.0) -> dict[str, int]:
                 pass
             continue
         if not entry.is_file(follow_symlinks=False):
-            continue  # not a pending file (a FIFO would block the read): left alone
+            continue  # not a pending file: left alone
+        data = read_nonblocking(entry.path, _MAX_FILE)  # swapped for a FIFO: no wait
+        if data is None:
+            continue  # folded by another process meanwhile, or unreadable
         try:
-            with open(entry.path, "rb") as f:
-                data = f.read(_MAX_FILE)
             os.unlink(entry.path)
         except OSError:
-            continue  # folded by another process meanwhile, or unreadable
+            continue  # folded by another process meanwhile
         for name, value in _parse(data):
             totals[name] = totals.get(name, 0) + value
     return totals
