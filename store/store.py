@@ -269,17 +269,22 @@ class Store:
     def _stage(self, plans: Sequence[tuple[int, str, int, str]]) -> tuple[str | None, set[str]]:
         """A stage for the copies (Blobs.stage) and the output directories it serves: those on
         its file system (a copy is renamed to its output) whose new files take the creator's
-        group (not setgid). None for fewer than STAGE_MIN_OUTPUTS outputs, and in a
-        group-shared cache (a copy made in it would take the cache's group)."""
+        group (not setgid). None for fewer than STAGE_MIN_OUTPUTS outputs, in a group-shared
+        cache and where the stage itself is setgid (a cache under a setgid directory): a
+        copy made in it would take that group, not the one the output's directory gives."""
         if self._modes.group_shared or len(plans) < STAGE_MIN_OUTPUTS:
             return None, set()
         stage = self._blobs.stage()
         if stage is None:
             return None, set()
         try:
-            device = os.stat(stage).st_dev
+            st = os.stat(stage)
         except OSError:
+            st = None
+        if st is None or st.st_mode & stat.S_ISGID:  # under a setgid directory: its group
+            self._blobs.unstage(stage)
             return None, set()
+        device = st.st_dev
         staged = set()
         for directory in {os.path.dirname(p[3]) or "." for p in plans}:
             try:

@@ -405,6 +405,39 @@ def test_large_placings_copy_through_a_stage_where_they_may(
             shutil.rmtree(d)
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a directory another group")
+def test_no_stage_in_a_cache_under_a_setgid_directory(tmp_path: Path) -> None:
+    """A cache inside a setgid directory of another group: its tmp/ and every stage are
+    setgid too, so a copy made there would take that group; outputs get the group a copy
+    beside them gets."""
+    import grp
+
+    from store.store import STAGE_MIN_OUTPUTS
+
+    other_group = next((g.gr_gid for g in grp.getgrall() if g.gr_gid != os.getgid()), None)
+    if other_group is None:
+        pytest.skip("no other group on this machine")
+    parent = tmp_path / "shared"
+    parent.mkdir()
+    os.chown(parent, -1, other_group)
+    parent.chmod(0o2775)
+    s = Store(parent / "c")
+    keys = [f"{i:04x}" for i in range(STAGE_MIN_OUTPUTS + 2)]
+    for i, key in enumerate(keys):
+        assert put(s, tmp_path, key, content(key, 60 + i))
+    out = tmp_path / "out"
+    out.mkdir()
+    items = [(m, {"obj": str(out / f"{k}.o")}) for k in keys if (m := s.get(k)) is not None]
+    assert len(items) == len(keys)
+    took = s.materialize_many(items)
+    assert all(t is not None for t in took)
+    for i, key in enumerate(keys):
+        placed = out / f"{key}.o"
+        assert placed.read_bytes() == content(key, 60 + i)
+        assert placed.stat().st_gid == out.stat().st_gid != other_group
+    assert os.listdir(parent / "c" / "tmp") == []
+
+
 def test_a_stage_another_mount_refuses_leaves_copies_beside_their_outputs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
