@@ -155,3 +155,69 @@ def test_per_link_member_names(path: str, per_link: bool) -> None:
     from cached_dist.keys.shard_key import per_link_member
 
     assert per_link_member(path) is per_link
+
+
+def _digest(data: str) -> str:
+    import xxhash
+
+    return xxhash.xxh3_128_hexdigest(data.encode())
+
+
+def _expected_key(*parts: str) -> str:
+    import xxhash
+
+    return xxhash.xxh3_128_hexdigest("\0".join(parts).encode())
+
+
+def test_the_recipe_spelled_out_for_every_job_of_a_link(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The exact recipe, for jobs where the shared arguments play no role, and for one where a
+    shared argument happens to be that job's own file (its role then, not its name). Keys
+    computed once per link must equal those computed job by job: entries stay valid."""
+    from cached_dist.keys.compute import compute_keys
+    from cached_dist.keys.key import KEY_FORMAT
+
+    monkeypatch.chdir(tmp_path)
+    files = {"m0.o": "module 0", "m1.o": "module 1", "odd.o": "odd", "s0.bc": "shard 0",
+             "s1.bc": "shard 1", "s2.bc": "shard 2", "prof.profdata": "profile",
+             "sym.txt": "symbols"}  # fmt: skip
+    for name, text in files.items():
+        write(tmp_path, name, text)
+    common = ["clang", "-c", "-O2", "odd.o", "-fprofile-use=prof.profdata",
+              "-fsymbol-list=sym.txt"]  # fmt: skip
+    roles = [("m0.o", "s0.bc", ["m1.o"]), ("m1.o", "s1.bc", []), ("odd.o", "s2.bc", ["m0.o"])]
+    jobs = [(m, s, imp, f"out{i}.o") for i, (m, s, imp) in enumerate(roles)]
+    doc = {"common": {"linker_output": "app", "args": common, "inputs": ["prof.profdata"]},
+           "jobs": [{"args": [m, f"-fthinlto-index={s}", "-o", out], "inputs": [m, s, *imp],
+                     "outputs": [out]} for m, s, imp, out in jobs]}  # fmt: skip
+    jf = jobfile.parse(doc, str(tmp_path / "app.dist-file.json"))
+
+    class Shards:
+        def prepare(self, jobs: object, digests: object) -> None:
+            pass
+
+        def __call__(self, job: Any, digests: object) -> str:
+            return "raw:" + _digest(files[job.shard])
+
+    monkeypatch.setattr(toolchain, "identity", lambda *a, **k: "tool")
+    keyed = compute_keys(jf, toolchain.NoMemo(), Shards())  # type: ignore[arg-type]
+    d = {name: _digest(text) for name, text in files.items()}
+    head = [f"cached-dist key {KEY_FORMAT}", "tool", "-", "argv", "-c", "-O2"]
+    shared = ["-fprofile-use=<common0>", "-fsymbol-list=sym.txt"]
+    tail = ["-fthinlto-index=<shard>", "-o", "<output0>", "files"]
+    expected = [
+        _expected_key(*head, "odd.o", *shared, "<module>", *tail, "odd.o", d["odd.o"],
+                      "sym.txt", d["sym.txt"], "cwd", str(tmp_path), "module", d["m0.o"],
+                      "imports", d["m1.o"], "extra", "common", d["prof.profdata"], "shard",
+                      "raw:" + d["s0.bc"]),
+        _expected_key(*head, "odd.o", *shared, "<module>", *tail, "odd.o", d["odd.o"],
+                      "sym.txt", d["sym.txt"], "cwd", str(tmp_path), "module", d["m1.o"],
+                      "imports", "extra", "common", d["prof.profdata"], "shard",
+                      "raw:" + d["s1.bc"]),
+        # "odd.o" is this job's module: named by its role, and not among the other files
+        _expected_key(*head, "<module>", *shared, "<module>", *tail, "sym.txt", d["sym.txt"],
+                      "cwd", str(tmp_path), "module", d["odd.o"], "imports", d["m0.o"],
+                      "extra", "common", d["prof.profdata"], "shard", "raw:" + d["s2.bc"]),
+    ]  # fmt: skip
+    assert [k.key for k in keyed] == expected

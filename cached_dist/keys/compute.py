@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from . import toolchain
 from .digests import Digests
-from .key import NotCacheableError, job_key
+from .key import NotCacheableError, Recipe
 
 TYPE_CHECKING = False  # typing and dataclasses cost ~15 ms of a ~100 ms cache hit
 if TYPE_CHECKING:
@@ -41,11 +41,13 @@ def compute_keys(
     inputs already ``stat``-ed by the job-file checks."""
     digests = Digests(examined)
     shard_keys.prepare(job_file.jobs, digests)
+    recipe = Recipe(job_file, digests)
     identities: dict[str, str | None] = {}
     why_not: dict[str, str] = {}
     keyed = []
+    shared = job_file.common_args
     for job in job_file.jobs:
-        compiler = job_file.command(job)[0]
+        compiler = shared[0] if shared else job_file.command(job)[0]
         if compiler not in identities:
             try:
                 identities[compiler] = (
@@ -63,7 +65,7 @@ def compute_keys(
         reason = why_not.get(compiler, "no compiler") if ident is None else ""
         if ident is not None:
             try:
-                key = job_key(job_file, job, digests, ident, shard_keys)
+                key = recipe.key(job, ident, shard_keys)
             except (OSError, NotCacheableError) as e:
                 reason = str(e)  # said once, on the job's "miss" line
         keyed.append(Keyed(job, key, ident or "", reason))

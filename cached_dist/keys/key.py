@@ -43,9 +43,13 @@ def raw_shard_digest(job: Job, digests: Digests) -> str:
     return "raw:" + (digests.of(job.shard) if job.shard is not None else "none")
 
 
-def role(job_file: JobFile, job: Job, path: str) -> str | None:
+def role(job_file: JobFile, job: Job | None, path: str) -> str | None:
     """The role ``path`` plays among the job's own files (the first, in LLD's order: module,
-    shard, imports, extra inputs, common inputs, outputs), or None if it is none of them."""
+    shard, imports, extra inputs, common inputs, outputs), or None if it is none of them.
+    With ``job`` None, only the roles every job shares (the common inputs)."""
+    if job is None:
+        common = job_file.common_inputs
+        return f"<common{common.index(path)}>" if path in common else None
     if path == job.module:
         return "<module>"
     if path == job.shard:
@@ -66,13 +70,68 @@ def job_key(
 ) -> str:
     """The key as a hex string; OSError if an input cannot be read, NotCacheableError if
     the job must always be compiled."""
-    reason = command_side_output_reason(job_file.common_args, job.args)
-    if reason is not None:
-        raise NotCacheableError(reason)
-    command = job_file.command(job)
-    parts = [f"cached-dist key {KEY_FORMAT}", toolchain, job_file.linker_version or "-", "argv"]
-    others: list[str] = []
-    for arg in command[1:]:  # [0] is the compiler: the toolchain identity
+    return Recipe(job_file, digests).key(job, toolchain, shard_digest)
+
+
+class Recipe:
+    """The key recipe for the jobs of one job file. What they share (the shared arguments,
+    the files those name, the common inputs) is worked out once, not once per job; a job
+    one of whose own paths is also a shared argument gets the whole recipe, since that
+    argument then stands for its role (the same key either way)."""
+
+    def __init__(self, job_file: JobFile, digests: Digests) -> None:
+        self.job_file = job_file
+        self.digests = digests
+        common = job_file.common_args
+        self.shared = common[1:]  # common_args[0] is the compiler: the toolchain identity
+        self.from_job = 0 if common else 1  # where a job's arguments start in argv[1:]
+        self.shared_parts: list[str] = []
+        self.shared_files: list[str] = []
+        _arg_parts(job_file, None, self.shared, digests, self.shared_parts, self.shared_files)
+        # A job path equal to any of these would give a shared argument a role in that job.
+        self.names = {*self.shared, *(a.partition("=")[2] for a in self.shared)}
+        self.head = [f"cached-dist key {KEY_FORMAT}", "", job_file.linker_version or "-",
+                     "argv"]  # fmt: skip
+
+    def key(self, job: Job, toolchain: str, shard_digest: ShardDigest = raw_shard_digest) -> str:
+        """:func:`job_key` of ``job``."""
+        job_file, digests = self.job_file, self.digests
+        reason = command_side_output_reason(job_file.common_args, job.args)
+        if reason is not None:
+            raise NotCacheableError(reason)
+        parts = list(self.head)
+        parts[1] = toolchain
+        names = self.names
+        if names.isdisjoint(job.inputs) and names.isdisjoint(job.outputs):
+            parts += self.shared_parts
+            others = list(self.shared_files)
+        else:
+            others = []
+            _arg_parts(job_file, job, self.shared, digests, parts, others)
+        _arg_parts(job_file, job, job.args[self.from_job :], digests, parts, others)
+        if others:
+            parts.append("files")
+            for path in others:
+                parts += [path, digests.of(path)]
+            if any(not os.path.isabs(p) for p in others):
+                parts += ["cwd", os.getcwd()]
+        parts += ["module", digests.of(job.module), "imports"]
+        parts += digests.of_each(job.imports)
+        parts.append("extra")
+        parts += digests.of_each(job.extra_inputs)
+        parts.append("common")
+        parts += digests.of_each(job_file.common_inputs)
+        parts += ["shard", shard_digest(job, digests)]
+        return xxhash.xxh3_128_hexdigest("\0".join(parts).encode("utf-8", "surrogateescape"))
+
+
+def _arg_parts(
+    job_file: JobFile, job: Job | None, args: tuple[str, ...], digests: Digests,
+    parts: list[str], others: list[str],
+) -> None:  # fmt: skip
+    """Appends each argument (a path of the job's own files as its role) to ``parts``, and
+    each other argument naming an existing file to ``others`` (its content counts)."""
+    for arg in args:
         flag, eq, value = arg.partition("=")
         if (named := role(job_file, job, arg)) is not None:
             parts.append(named)
@@ -83,17 +142,3 @@ def job_key(
             path = value if eq else arg
             if path and not path.startswith("-") and digests.is_file(path):
                 others.append(path)
-    if others:
-        parts.append("files")
-        for path in others:
-            parts += [path, digests.of(path)]
-        if any(not os.path.isabs(p) for p in others):
-            parts += ["cwd", os.getcwd()]
-    parts += ["module", digests.of(job.module), "imports"]
-    parts += [digests.of(p) for p in job.imports]
-    parts.append("extra")
-    parts += [digests.of(p) for p in job.extra_inputs]
-    parts.append("common")
-    parts += [digests.of(p) for p in job_file.common_inputs]
-    parts += ["shard", shard_digest(job, digests)]
-    return xxhash.xxh3_128_hexdigest("\0".join(parts).encode("utf-8", "surrogateescape"))
