@@ -17,6 +17,7 @@ import pytest
 
 from cached_dist.serve import CLIENT
 
+from .servers import requires_redis, start_redis
 from .toolchain import (
     Project,
     build,
@@ -235,6 +236,43 @@ def test_a_client_in_another_mount_namespace_links_by_itself(
     assert done.returncode == 0, done.stderr
     assert "4 jobs: 4 hits" in done.stderr and server.served() == 0
     assert any("other files" in line for line in server.handed_back())
+
+
+def test_a_client_in_another_network_namespace_links_by_itself(
+    tmp_path: Path, server: Server
+) -> None:
+    """Its remote tier's address could name another server there."""
+    project, cache = cached_shapes(tmp_path, server)
+    command = project.link_command("app2", distributor=CLIENT,
+                                   distributor_args=[cached_dist_exe(), f"--cache-dir={cache}"])  # fmt: skip
+    done = run(["unshare", "--net", *command], project.dir, env=server.env)
+    assert done.returncode == 0, done.stderr
+    assert "4 jobs: 4 hits" in done.stderr and server.served() == 0
+    assert any("another network namespace" in line for line in server.handed_back())
+
+
+@requires_redis
+def test_a_full_local_hit_is_served_with_a_remote_tier_too(tmp_path: Path, server: Server) -> None:
+    """The remote is asked for misses only: a full local hit is the server's, anything else
+    (here a local miss the remote holds) cached-dist's, which promotes it."""
+    redis = start_redis(tmp_path / "redis")
+    try:
+        project = build("shapes", tmp_path / "p")
+        cache, remote = tmp_path / "cache", [f"--remote-storage={redis.url}"]
+        assert link(project, server, cache, "app1", args=remote).returncode == 0  # uploads
+        done = link(project, server, cache, "app2", args=remote)
+        assert done.returncode == 0 and "4 jobs: 4 hits, 0 compiled" in done.stderr
+        assert server.served() == 1
+        fresh = tmp_path / "cache2"  # another machine's cache: the remote's hits
+        done = link(project, server, fresh, "app3", args=remote)
+        assert "4 jobs: 4 hits (4 from the remote)" in done.stderr and server.served() == 1
+        done = link(project, server, fresh, "app4", args=remote)
+        assert "4 jobs: 4 hits, 0 compiled" in done.stderr and server.served() == 2
+        for out in ("app2", "app3", "app4"):
+            assert (project.dir / out).read_bytes() == (project.dir / "app1").read_bytes()
+        assert project.run_program("app4") == project.expected_output
+    finally:
+        redis.stop()
 
 
 def test_options_the_server_leaves_alone_are_handed_back(tmp_path: Path, server: Server) -> None:

@@ -108,8 +108,8 @@ class CachedLink:
         ready = [k for k in keyed if (m := found.get(k.key or "")) is not None
                  and len(m.outputs) == len(k.job.outputs)]  # fmt: skip
         if self.handoff is not None:  # nothing written yet: the client may still link itself
-            self.handoff.commit(len(ready) == len(keyed) and self.tiers is None
-                                and self.options.verify_hits <= 0)  # fmt: skip
+            # A full local hit needs no remote tier (the link asks it only for misses).
+            self.handoff.commit(len(ready) == len(keyed) and self.options.verify_hits <= 0)
         placed = self.store.materialize_many(
             [(found[k.key or ""], output_roles(k.job)) for k in ready], self.options.jobs
         )

@@ -42,6 +42,7 @@ PRELOAD = (
     "cached_dist.keys.side_outputs", "cached_dist.bitcode.native", "store", "store.store",
     "store.blobs", "store.rows", "store.tally", "store.manifest", "store.fsutil",
     "store.index", "store.jsonload", "store.problems", "store.forked",
+    "cached_dist.link.tiers",  # a link with --remote-storage (threading, re: ~1.5 ms)
 )  # fmt: skip
 REQUEST_TIMEOUT = 5.0  # seconds a connected client has to send its request
 HEADER = struct.Struct("<4sI")
@@ -412,9 +413,11 @@ def _unservable(peer_pid: int, argv: list[str]) -> str:
     if not argv or argv[0] in SUBCOMMANDS or {"-h", "--help", "--version"} & set(argv):
         return "not a link"
     try:
-        for link in ("ns/mnt", "ns/pid", "root"):
+        for link in ("ns/mnt", "ns/pid", "root", "ns/net"):
             theirs, ours = os.stat(f"/proc/{peer_pid}/{link}"), os.stat(f"/proc/self/{link}")
             if (theirs.st_dev, theirs.st_ino) != (ours.st_dev, ours.st_ino):
+                if link == "ns/net":  # 127.0.0.1:6379 there is another remote tier
+                    return "the client is in another network namespace"
                 return "the client sees other files (mount namespace or root)"
     except OSError:
         return "cannot tell which files the client sees"
