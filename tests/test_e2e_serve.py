@@ -10,7 +10,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -493,42 +493,3 @@ def test_a_served_full_hit_imports_nothing(tmp_path: Path, archive: str) -> None
         assert [line for line in done.stderr.splitlines() if "import time:" in line] == []
     finally:
         server.stop()
-
-
-def spares(server: Server) -> list[int]:
-    """The server's children waiting for a link (at most one when no link is running)."""
-    import psutil
-
-    return [child.pid for child in psutil.Process(server.proc.pid).children()]
-
-
-def wait_for(condition: Callable[[], object], seconds: float = 10) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
-
-
-def test_a_spare_child_that_died_costs_nothing(tmp_path: Path, server: Server) -> None:
-    """The next link goes to a child forked ahead (serve/spare.py); killed, the server forks
-    one for the link as without it, and a new spare after it."""
-    project, cache = cached_shapes(tmp_path, server)
-    wait_for(lambda: len(spares(server)) == 1)
-    (spare,) = spares(server)
-    os.kill(spare, signal.SIGKILL)
-    wait_for(lambda: spare not in spares(server))
-    done = link(project, server, cache, "app2")
-    assert done.returncode == 0 and "4 jobs: 4 hits" in done.stderr
-    assert server.served() == 1 and project.run_program("app2") == project.expected_output
-    wait_for(lambda: len(spares(server)) == 1)
-    assert spares(server) != [spare]
-
-
-def test_the_spare_child_leaves_with_the_server(tmp_path: Path, server: Server) -> None:
-    wait_for(lambda: len(spares(server)) == 1)
-    (spare,) = spares(server)
-    server.proc.kill()  # not even told: its end of the socket pair closes with it
-    server.proc.wait()
-    import psutil
-
-    wait_for(lambda: not psutil.pid_exists(spare) or psutil.Process(spare).status() == "zombie")

@@ -23,7 +23,6 @@ import sys
 from ..errors import UsageError
 from . import default_socket
 from .handoff import FallBack, Handoff
-from .spare import Spare, wait
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -71,7 +70,6 @@ class Server:
         self.identity = Identity(os.path.realpath(sys.argv[0]), _python_settings(os.environ))
         self.log_fd = -1  # the server's own stderr, for a child's --verbose line
         self.bound = -1  # the socket file's inode
-        self.spare: Spare | None = None  # the child the next link goes to (spare.py)
 
     def run(self) -> int:
         import importlib
@@ -88,7 +86,6 @@ class Server:
         signal.signal(signal.SIGTERM, _stop)
         signal.signal(signal.SIGHUP, _stop)
         self.log.info(f"serving on {self.path} (pid {os.getpid()})")
-        self.spare = self._fork_spare(0)
         self.listener.settimeout(self.idle_exit or None)
         try:
             while True:
@@ -122,60 +119,23 @@ class Server:
                 self.log.warn("cached-dist changed on disk since this server started: "
                               "exiting (start it again)")  # fmt: skip
                 return False
-            spare, self.spare = self.spare, None
-            if spare is not None and spare.take(conn, pid):
-                child = spare.pid
-            else:
-                try:
-                    child = os.fork()
-                except OSError as e:
-                    self.log.warn(f"cannot fork a child for a link: {e.strerror}")
-                    return True
-                if child == 0:
-                    self._leave()
-                    self._child(conn, pid)
-        self.spare = self._fork_spare(child)
+            try:
+                child = os.fork()
+            except OSError as e:
+                self.log.warn(f"cannot fork a child for a link: {e.strerror}")
+                return True
+            if child == 0:
+                self._child(conn, pid)
         return True
-
-    def _fork_spare(self, after: int) -> Spare | None:
-        """A child for the next link, warmed up once the process ``after`` is over."""
-        try:
-            ours, theirs = socket.socketpair()
-            try:
-                pid = os.fork()
-            except OSError:
-                ours.close()
-                theirs.close()
-                return None
-        except OSError:
-            return None
-        if pid == 0:
-            try:
-                ours.close()
-                self._leave()
-                taken = wait(theirs, after)
-            except BaseException:
-                os._exit(0)
-            if taken is None:
-                os._exit(0)  # the server has stopped
-            self._child(*taken)
-        theirs.close()
-        return Spare(ours, pid)
-
-    def _leave(self) -> None:
-        """In a child: lets go of what is the server's (its socket, its lock, its spare) and
-        takes the signal dispositions and process group a process of its own would have."""
-        assert self.listener is not None
-        self.listener.close()
-        os.close(self.lock_fd)
-        if self.spare is not None:
-            self.spare.sock.close()
-        for sig, disposition in self.dispositions.items():
-            signal.signal(sig, disposition)
-        os.setpgid(0, 0)  # not the server's: Ctrl-C on its terminal stops no link
 
     def _child(self, conn: socket.socket, peer_pid: int) -> NoReturn:
         try:
+            assert self.listener is not None
+            self.listener.close()
+            os.close(self.lock_fd)
+            for sig, disposition in self.dispositions.items():
+                signal.signal(sig, disposition)
+            os.setpgid(0, 0)  # not the server's: Ctrl-C on its terminal stops no link
             outcome = _serve_link(conn, peer_pid, self.identity)
             if outcome and self.log.verbose:
                 os.write(self.log_fd, f"cached-dist: {outcome}\n".encode(errors="replace"))
@@ -220,8 +180,6 @@ class Server:
             self.listener.close()
         if self.lock_fd >= 0:
             os.close(self.lock_fd)
-        if self.spare is not None:
-            self.spare.sock.close()  # the spare sees the end, and exits
 
 
 def _stop(signum: int, frame: object) -> None:
