@@ -224,31 +224,21 @@ def link_command(project: Project, server: Server, cache: Path) -> list[str]:
 
 
 @pytest.mark.skipif(shutil.which("unshare") is None or os.geteuid() != 0,
-                    reason="needs unshare and root for a mount namespace")  # fmt: skip
-def test_a_client_in_another_mount_namespace_links_by_itself(
-    tmp_path: Path, server: Server
+                    reason="needs unshare and root for a namespace")  # fmt: skip
+@pytest.mark.parametrize(("unshare", "why"), [
+    (["--mount", "--propagation", "private"], "the client sees other files"),
+    (["--net"], "the client is in another network namespace"),  # another remote at an address
+])  # fmt: skip
+def test_a_client_in_another_namespace_links_by_itself(
+    tmp_path: Path, server: Server, unshare: list[str], why: str
 ) -> None:
     project, cache = cached_shapes(tmp_path, server)
     command = project.link_command("app2", distributor=CLIENT,
                                    distributor_args=[cached_dist_exe(), f"--cache-dir={cache}"])  # fmt: skip
-    done = run(["unshare", "--mount", "--propagation", "private", *command], project.dir,
-               env=server.env)  # fmt: skip
+    done = run(["unshare", *unshare, *command], project.dir, env=server.env)
     assert done.returncode == 0, done.stderr
     assert "4 jobs: 4 hits" in done.stderr and server.served() == 0
-    assert any("other files" in line for line in server.handed_back())
-
-
-def test_a_client_in_another_network_namespace_links_by_itself(
-    tmp_path: Path, server: Server
-) -> None:
-    """Its remote tier's address could name another server there."""
-    project, cache = cached_shapes(tmp_path, server)
-    command = project.link_command("app2", distributor=CLIENT,
-                                   distributor_args=[cached_dist_exe(), f"--cache-dir={cache}"])  # fmt: skip
-    done = run(["unshare", "--net", *command], project.dir, env=server.env)
-    assert done.returncode == 0, done.stderr
-    assert "4 jobs: 4 hits" in done.stderr and server.served() == 0
-    assert any("another network namespace" in line for line in server.handed_back())
+    assert any(why in line for line in server.handed_back())
 
 
 @requires_redis
