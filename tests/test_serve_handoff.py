@@ -6,10 +6,14 @@ import os
 import socket
 import sys
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from cached_dist.serve.handoff import FallBack, Handoff, _Held
+
+from .servers import requires_redis, start_redis
 
 
 @contextlib.contextmanager
@@ -65,3 +69,98 @@ def test_held_streams_say_whether_they_are_terminals() -> None:
     with open(os.devnull, "w") as closed:
         pass
     assert not _Held(closed).isatty()  # closed: ValueError, read as no terminal
+
+
+class Refused:
+    """A warm server's Handoff for a link that is not a full local hit."""
+
+    committed = False
+
+    def commit(self, full_hit: bool, why: str = "not a full hit from the local cache") -> None:
+        if not full_hit:
+            raise FallBack(why)
+        self.committed = True
+
+
+def _keys_in(port: int) -> int:
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        s.sendall(b"*1\r\n$6\r\nDBSIZE\r\n")
+        return int(s.recv(64).strip().lstrip(b":"))
+
+
+def _two_big_shards(where: Path) -> Any:
+    """A job file whose two shards (random bytes: decoded, not canonical) are over 1 MB, so
+    a link asks its remote tier for their digests first."""
+    from cached_dist import jobfile
+
+    jobs = []
+    for i in range(2):
+        (where / f"m{i}.o").write_bytes(os.urandom(1000))
+        (where / f"s{i}.bc").write_bytes(os.urandom(700_000))
+        jobs.append({"args": [f"m{i}.o", f"-fthinlto-index=s{i}.bc", "-o", f"o{i}.o"],
+                     "inputs": [f"m{i}.o", f"s{i}.bc"], "outputs": [f"o{i}.o"]})  # fmt: skip
+    doc = {"common": {"linker_output": "app", "args": ["/bin/true", "-c"]}, "jobs": jobs}
+    return jobfile.parse(doc, str(where / "app.dist-file.json"))
+
+
+@requires_redis
+def test_a_link_handed_back_leaves_nothing_on_the_remote(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before it knows whether the link is its own, a child may ask the remote tier for shard
+    digests, but shares what it decoded only afterwards: a link handed back leaves no trace
+    for the client's own run to find."""
+    from cached_dist.link.cached import run_cached
+    from cached_dist.log import Log
+    from cached_dist.options import Options
+
+    redis = start_redis(tmp_path / "redis")
+    try:
+        monkeypatch.chdir(tmp_path)
+        jf = _two_big_shards(tmp_path)
+        options = Options(jobs=2, cache_dir=str(tmp_path / "cache"),
+                          remote_storage=(redis.url,))  # fmt: skip
+        with streams(), pytest.raises(FallBack):
+            run_cached(jf, options, Log(), None, Refused())  # type: ignore[arg-type]
+        assert _keys_in(redis.port) == 0
+        assert not (tmp_path / "o0.o").exists()
+    finally:
+        redis.stop()
+
+
+class SharedMemo:
+    def __init__(self) -> None:
+        self.shared: list[tuple[str, str]] = []
+
+    def memo_many(self, namespace: str, keys: object) -> dict[str, str]:
+        return {}
+
+    def memo_share(self, namespace: str, items: list[tuple[str, str]]) -> None:
+        self.shared += items
+
+
+class LocalMemo:
+    def memo_get_many(self, namespace: str, keys: object) -> dict[str, str]:
+        return {}
+
+    def memo_put_many(self, namespace: str, items: object) -> None:
+        pass
+
+
+def test_decoded_shard_digests_wait_for_share_held(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cached_dist.keys.digests import Digests
+    from cached_dist.keys.shard_key import ShardKeys
+
+    monkeypatch.chdir(tmp_path)
+    jf = _two_big_shards(tmp_path)
+    shared = SharedMemo()
+    keys = ShardKeys(LocalMemo(), 1, shared, hold=True)  # type: ignore[arg-type]
+    keys.prepare(jf.jobs, Digests())
+    assert keys.decoded == 2 and shared.shared == [] and len(keys.held) == 2
+    keys.share_held()
+    assert len(shared.shared) == 2 and keys.held == []
+    at_once = SharedMemo()  # a process of its own shares them as soon as they are decoded
+    ShardKeys(LocalMemo(), 1, at_once).prepare(jf.jobs, Digests())  # type: ignore[arg-type]
+    assert at_once.shared == shared.shared

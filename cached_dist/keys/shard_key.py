@@ -139,9 +139,15 @@ def _decode(data: bytes, module_digest: Callable[[str], str | None]) -> tuple[st
 class ShardKeys:
     """Computes every job's shard digest for one link up front; then serves them to the key."""
 
-    def __init__(self, memo: Memo, parallel: int, shared: SharedMemo | None = None) -> None:
+    def __init__(
+        self, memo: Memo, parallel: int, shared: SharedMemo | None = None, hold: bool = False
+    ) -> None:
         self.memo = memo
         self.shared = shared  # asked, in one batch, for what the local memo lacks
+        # Whether what was decoded waits for share_held() to go to ``shared``: a warm
+        # server's child writes nothing anywhere before its link is its own.
+        self.hold = hold
+        self.held: list[tuple[str, str]] = []
         self.parallel = max(1, parallel)
         self.digests: dict[int, str] = {}
         self.decoded = 0  # shards decoded in this link
@@ -204,7 +210,16 @@ class ShardKeys:
                 learned.append((memo_key, digest))
         self.memo.memo_put_many("shard", learned)  # one transaction for the whole link
         if learned and shared is not None:
-            shared.memo_share("shard", learned)
+            if self.hold:
+                self.held = learned
+            else:
+                shared.memo_share("shard", learned)
+
+    def share_held(self) -> None:
+        """Shares what :meth:`prepare` held back (``hold``)."""
+        if self.held and self.shared is not None:
+            self.shared.memo_share("shard", self.held)
+        self.held = []
 
     def __call__(self, job: Job, digests: Digests) -> str:
         """The :data:`cached_dist.keys.key.ShardDigest` for jobs given to :meth:`prepare`."""

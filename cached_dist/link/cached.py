@@ -108,7 +108,8 @@ class CachedLink:
         ready = [k for k in keyed if (m := found.get(k.key or "")) is not None
                  and len(m.outputs) == len(k.job.outputs)]  # fmt: skip
         if self.handoff is not None:  # nothing written yet: the client may still link itself
-            # A full local hit needs no remote tier (the link asks it only for misses).
+            # A full local hit needs nothing of a remote tier (it is asked for misses; what
+            # ShardKeys shares with it waits for the commit: see run_cached).
             self.handoff.commit(len(ready) == len(keyed) and self.options.verify_hits <= 0)
         placed = self.store.materialize_many(
             [(found[k.key or ""], output_roles(k.job)) for k in ready], self.options.jobs
@@ -337,7 +338,7 @@ def run_cached(
 
         tiers = Tiers(options, log, store, writes.promote)
     link = CachedLink(job_file, options, log, store, writes, tiers, handoff)
-    shard_keys = ShardKeys(writes, options.jobs, tiers)
+    shard_keys = ShardKeys(writes, options.jobs, tiers, hold=handoff is not None)
     keyed: list[Keyed] = []
     try:
         try:
@@ -364,6 +365,8 @@ def run_cached(
         link.run(keyed)
     finally:
         link.progress.finish()
+        if handoff is None or handoff.committed:  # a link handed back leaves no trace
+            shard_keys.share_held()
         remote = tiers.finish() if tiers is not None else {}
         counters = {
             "shards_decoded": shard_keys.decoded,

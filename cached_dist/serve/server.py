@@ -41,7 +41,8 @@ PRELOAD = (
     "cached_dist.keys.side_outputs", "cached_dist.bitcode.native", "store", "store.store",
     "store.blobs", "store.rows", "store.tally", "store.manifest", "store.fsutil",
     "store.index", "store.jsonload", "store.problems", "store.forked",
-    "cached_dist.link.tiers",  # a link with --remote-storage (threading, re: ~1.5 ms)
+    # A link with --remote-storage: threading and re, then the URLs' parsing (~4.5 ms).
+    "cached_dist.link.tiers", "store.remote", "urllib.parse",
 )  # fmt: skip
 REQUEST_TIMEOUT = 5.0  # seconds a connected client has to send its request
 HEADER = struct.Struct("<4sI")
