@@ -15,6 +15,7 @@ connections must not cross a fork): file and CPU work only, results handled by t
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 TYPE_CHECKING = False
@@ -49,46 +50,102 @@ def split(
     worker also sends back ``extra()`` (what it learned on the way), handed to ``take_extra``
     here.
     """
-    import marshal
-
     shares = [list(range(w, count, workers)) for w in range(workers)]
     results: list[R | None] = [None] * count
-    children: list[tuple[int, int, list[int]]] = []
+    started: list[tuple[Worker | None, list[int]]] = []
     try:
         for share in shares[1:]:
-            read_fd, write_fd = os.pipe()
-            pid = os.fork()
-            if pid == 0:  # pragma: no cover - runs in the child
-                try:
-                    os.close(read_fd)
-                    done = work(share)
-                    out = marshal.dumps([done, extra() if extra is not None else None])
-                    with os.fdopen(write_fd, "wb") as pipe:
-                        pipe.write(out)
-                finally:
-                    os._exit(0)
-            os.close(write_fd)
-            children.append((pid, read_fd, share))
+            started.append((start(_on(work, share), extra), share))
         for i, value in zip(shares[0], work(shares[0]), strict=True):
             results[i] = value
-        while children:
-            pid, read_fd, share = children.pop(0)
-            with os.fdopen(read_fd, "rb") as pipe:
-                raw = pipe.read()
-            os.waitpid(pid, 0)
-            try:
-                sent, learned = marshal.loads(raw)
-                done = [revive(value) for value in sent]
-                if len(done) != len(share):
-                    raise ValueError("a worker sent too few results")
-                if take_extra is not None:
-                    take_extra(learned)
-            except (ValueError, TypeError, IndexError, KeyError, EOFError):
-                done = work(share)
+        for worker, share in started:
+            done = worker.collect(revive, take_extra) if worker is not None else None
+            if done is None or len(done) != len(share):
+                done = work(share)  # the worker failed: its share is done here
             for i, value in zip(share, done, strict=True):
                 results[i] = value
     finally:
-        for pid, read_fd, _ in children:  # only when this process failed: do not wait long
-            os.close(read_fd)
-            os.waitpid(pid, 0)
+        for worker, _ in started:  # only when this process failed
+            if worker is not None:
+                worker.cancel()
     return results  # type: ignore[return-value]
+
+
+def _on(work: Callable[[Sequence[int]], list[R]], share: list[int]) -> Callable[[], list[R]]:
+    return lambda: work(share)
+
+
+class Worker:
+    """A forked copy of this process doing some work (:func:`start`)."""
+
+    def __init__(self, pid: int, read_fd: int) -> None:
+        self.pid = pid
+        self.read_fd = read_fd
+
+    def collect(
+        self, revive: Callable[[Any], R], take_extra: Callable[[Any], None] | None = None
+    ) -> list[R] | None:
+        """Waits for the worker's results, each through ``revive``, and hands what it learned
+        to ``take_extra``; None if it failed, died or sent something unreadable."""
+        import marshal
+
+        with os.fdopen(self.read_fd, "rb") as pipe:
+            self.read_fd = -1
+            raw = pipe.read()
+        self._reap()
+        try:
+            sent, learned = marshal.loads(raw)
+            done = [revive(value) for value in sent]
+            if take_extra is not None:
+                take_extra(learned)
+        except (ValueError, TypeError, IndexError, KeyError, EOFError):
+            return None
+        return done
+
+    def cancel(self) -> None:
+        """Stops the worker, if its results were not collected: it only reads and computes."""
+        if self.pid:
+            import signal
+
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+        if self.read_fd >= 0:
+            os.close(self.read_fd)
+            self.read_fd = -1
+        self._reap()
+
+    def _reap(self) -> None:
+        if self.pid:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(self.pid, 0)
+            self.pid = 0
+
+
+def start(
+    work: Callable[[], list[Any]], extra: Callable[[], object] | None = None
+) -> Worker | None:
+    """``work()`` in a forked copy of this process, which sends back its results and
+    ``extra()`` marshalled (see :func:`split`); None if no process can be forked now."""
+    import marshal
+
+    try:
+        read_fd, write_fd = os.pipe()
+    except OSError:
+        return None
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(read_fd)
+        os.close(write_fd)
+        return None
+    if pid == 0:  # pragma: no cover - runs in the child
+        try:
+            os.close(read_fd)
+            done = work()
+            out = marshal.dumps([done, extra() if extra is not None else None])
+            with os.fdopen(write_fd, "wb") as pipe:
+                pipe.write(out)
+        finally:
+            os._exit(0)
+    os.close(write_fd)
+    return Worker(pid, read_fd)
