@@ -483,3 +483,26 @@ def test_a_served_full_hit_imports_nothing(tmp_path: Path, archive: str) -> None
         assert [line for line in done.stderr.splitlines() if "import time:" in line] == []
     finally:
         server.stop()
+
+
+def test_a_large_regular_archive_served_with_its_shards_decoded_early(tmp_path: Path) -> None:
+    """141 jobs naming a regular archive's members: the served child starts a worker on their
+    shards before checking the job file (keys/shard_key.py start_early). Same bytes as the
+    link that compiled them, every job a hit."""
+    from benchmarks.floor_bench import build_generated, link_command
+
+    src = build_generated(140, tmp_path / "gen")
+    server = Server(tmp_path)
+    try:
+        cache = tmp_path / "cache"
+        dist = [f"-fthinlto-distributor={CLIENT}", f"-Xthinlto-distributor={cached_dist_exe()}",
+                f"-Xthinlto-distributor=--cache-dir={cache}"]  # fmt: skip
+        first = run(link_command("gen", "app1", dist), src, env=server.env)
+        assert first.returncode == 0 and "141 jobs: 0 hits" in first.stderr, first.stderr
+        second = run(link_command("gen", "app2", dist), src, env=server.env)
+        assert second.returncode == 0 and "141 jobs: 141 hits" in second.stderr, second.stderr
+        assert server.served() == 1
+        assert (src / "app2").read_bytes() == (src / "app1").read_bytes()
+        assert stats(cache)["shards_decoded"] == 282  # both links decoded every shard
+    finally:
+        server.stop()

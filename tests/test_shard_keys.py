@@ -167,3 +167,73 @@ def test_paths_that_spell_alike_but_differ_fall_back_to_each_jobs_table(in_dir: 
     deep = Digests().of("link/../a.o")
     assert second("link/../a.o") == deep == second("a.o")  # the job's own table: its file
     assert paths.lookup(jobs[0])("a.o") == first("a.o") == Digests().of("a.o") != deep
+
+
+def test_an_early_worker_gives_what_one_process_gives(
+    in_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Started as the job file is loaded (a warm server's child), a worker decodes 9 in 16 of
+    the per-link shards while the link checks its job file; prepare() decodes the rest."""
+    count = 2 * shard_key.PARALLEL_MIN_JOBS_NATIVE + 22
+    jobs = write_link(in_dir, count)
+    alone = prepared(jobs, parallel=1)
+    forks = counting_forks(monkeypatch)
+    early = shard_key.start_early(jobs, 2)
+    assert early is not None and len(forks) == 1
+    assert len(early.share) == sum(1 for i in range(count) if i % 16 < 9)
+    keys = ShardKeys(DictMemo(), 2, early=early)
+    digests = Digests()
+    keys.prepare(jobs, digests)
+    assert len(forks) == 1  # no other worker
+    assert keys.digests == alone.digests and keys.decoded == count
+    assert {j.module for j in jobs} <= dict(digests.since(0)).keys()
+    early.cancel()  # taken already: nothing to stop
+
+
+def test_an_early_worker_that_died_leaves_its_share_here(in_dir: Path) -> None:
+    import signal
+
+    jobs = write_link(in_dir, 2 * shard_key.PARALLEL_MIN_JOBS_NATIVE + 3)
+    alone = prepared(jobs, parallel=1)
+    early = shard_key.start_early(jobs, 2)
+    assert early is not None
+    os.kill(early.worker.pid, signal.SIGKILL)
+    keys = ShardKeys(DictMemo(), 2, early=early)
+    keys.prepare(jobs, Digests())
+    assert keys.digests == alone.digests and keys.decoded == len(jobs)
+
+
+def test_no_early_worker_when_it_would_not_pay(in_dir: Path) -> None:
+    enough = 2 * shard_key.PARALLEL_MIN_JOBS_NATIVE
+    assert shard_key.start_early(write_link(in_dir / "few", enough - 1), 2) is None
+    assert shard_key.start_early(write_link(in_dir / "thin", enough, members=False), 2) is None
+    assert shard_key.start_early(write_link(in_dir / "j1", enough), 1) is None
+
+
+def test_an_early_worker_is_stopped_when_the_job_file_is_refused(in_dir: Path) -> None:
+    """A link refused by the job-file checks (here an output that is also an input) stops
+    the worker it started and leaves no process behind."""
+    import psutil
+
+    from cached_dist.errors import InputError
+    from cached_dist.jobfile import JobFile
+    from cached_dist.link import flow
+    from cached_dist.log import Log
+    from cached_dist.options import Options
+
+    jobs = write_link(in_dir, 2 * shard_key.PARALLEL_MIN_JOBS_NATIVE)
+    bad = jobs[0].replace(args=jobs[0].args, outputs=(jobs[1].module,))
+    jf = JobFile(str(in_dir / "app.json"), "lld", "app", None, ("clang", "-c", "-o"),
+                 (), (bad, *jobs[1:]))  # fmt: skip
+    before = {p.pid for p in psutil.Process().children()}
+
+    class Handoff:
+        committed = False
+
+        def commit(self, full_hit: bool, why: str = "") -> None:
+            raise AssertionError("never reached")
+
+    with pytest.raises(InputError, match="also an input"):
+        flow.run(jf, Options(jobs=2, cache_dir=str(in_dir / "cache")), Log(),
+                 Handoff())  # type: ignore[arg-type]  # fmt: skip
+    assert {p.pid for p in psutil.Process().children()} == before

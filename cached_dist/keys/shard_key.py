@@ -9,7 +9,9 @@ form (:mod:`cached_dist.bitcode.shard`, computed by the C extension when it is b
   with thin archives or no archives, are never decoded twice; shards of jobs that name a
   regular archive member (a per-link name) are neither looked up nor stored, as their memo
   key could never come again;
-- the shards left to decode are split across forked workers when there are enough of them.
+- the shards left to decode are split across forked workers when there are enough of them;
+  those of a regular archive's members (decoded on every link) from the moment the job file
+  is loaded (:func:`start_early`), while this process checks the job file and opens the store.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ TYPE_CHECKING = False  # typing and dataclasses cost ~15 ms of a ~100 ms cache h
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from typing import Any, Protocol
+
+    from store.forked import Worker
 
     class Memo(Protocol):
         def memo_get(self, namespace: str, key: str) -> str | None: ...
@@ -140,14 +144,16 @@ class ShardKeys:
     """Computes every job's shard digest for one link up front; then serves them to the key."""
 
     def __init__(
-        self, memo: Memo, parallel: int, shared: SharedMemo | None = None, hold: bool = False
-    ) -> None:
+        self, memo: Memo, parallel: int, shared: SharedMemo | None = None,
+        early: Early | None = None, hold: bool = False,
+    ) -> None:  # fmt: skip
         self.memo = memo
         self.shared = shared  # asked, in one batch, for what the local memo lacks
         # Whether what was decoded waits for share_held() to go to ``shared``: a warm
         # server's child writes nothing anywhere before its link is its own.
         self.hold = hold
         self.held: list[tuple[str, str]] = []
+        self.early = early  # a worker decoding part of the per-link shards already
         self.parallel = max(1, parallel)
         self.digests: dict[int, str] = {}
         self.decoded = 0  # shards decoded in this link
@@ -159,9 +165,7 @@ class ShardKeys:
         worth it."""
         todo: list[Task] = []
         asked: list[Task] = []
-        # Each distinct path is judged once: every job names the modules it imports again.
-        members = {p for p in {m for j in jobs for m in (j.module, *j.imports)}
-                   if per_link_member(p)}  # fmt: skip
+        members = _members(jobs)
         for job in jobs:
             if job.shard is None:
                 self.digests[job.index] = "none"
@@ -236,6 +240,8 @@ class ShardKeys:
         from ..bitcode.native import NATIVE
 
         paths = ModulePaths(digests)
+        if self.early is not None:
+            return self._with_early(todo, paths, self.early)
         if NATIVE:
             work, least = len(todo), PARALLEL_MIN_JOBS_NATIVE
         else:
@@ -247,6 +253,80 @@ class ShardKeys:
 
         workers = workers_for(work, least, min(self.parallel, len(todo)))
         return _decode_forked(todo, paths, workers)
+
+    def _with_early(self, todo: list[Task], paths: ModulePaths, early: Early) -> list[Decoded]:
+        """``todo``, part of which the early worker has decoded (or is decoding): the rest is
+        decoded here meanwhile; the worker's part too, should it have failed."""
+        theirs = {job.index for job in early.share}
+        mine = {t[0]: _decode_task(t, paths) for t in todo if t[0] not in theirs}
+        done = early.take(paths.digests)
+        return [done[t[0]] if t[0] in done else mine[t[0]] if t[0] in mine
+                else _decode_task(t, paths) for t in todo]  # fmt: skip
+
+
+class Early:
+    """A forked worker decoding some of a link's per-link shards (:func:`start_early`)."""
+
+    def __init__(self, worker: Worker, share: list[Job]) -> None:
+        self.worker = worker
+        self.share = share
+
+    def take(self, digests: Digests) -> dict[int, Decoded]:
+        """The worker's results by job index ({} if it failed); the module digests it
+        worked out go to ``digests``."""
+        done = self.worker.collect(_revive, _learner(digests))
+        if done is None or len(done) != len(self.share):
+            return {}
+        return {job.index: result for job, result in zip(self.share, done, strict=True)}
+
+    def cancel(self) -> None:
+        """Stops the worker if its results were not taken (the link went another way)."""
+        self.worker.cancel()
+
+
+def start_early(jobs: Sequence[Job], parallel: int) -> Early | None:
+    """Starts decoding, in a forked worker, most of the shards that name a regular archive's
+    members (per-link names: never memoized, so every link decodes them), when there are
+    enough for two processes; None otherwise. Reading and decoding touches nothing, so it
+    may begin before the job file is checked; the worker takes 9 in 16 of those jobs, as
+    this process checks the job file and opens the store meanwhile."""
+    from ..bitcode.native import NATIVE
+
+    if not NATIVE or parallel < 2:
+        return None
+    members = _members(jobs)
+    if not members:
+        return None
+    picked = [
+        j for j in jobs if j.shard is not None and not members.isdisjoint((j.module, *j.imports))
+    ]
+    if len(picked) < 2 * PARALLEL_MIN_JOBS_NATIVE:
+        return None
+    share = [job for i, job in enumerate(picked) if i % 16 < 9]
+    from store.forked import start
+
+    paths = ModulePaths(Digests())
+
+    def work() -> list[Decoded]:
+        return [_decode_task((job.index, "", None, job), paths) for job in share]
+
+    worker = start(work, lambda: paths.digests.since(0))
+    return Early(worker, share) if worker is not None else None
+
+
+def _members(jobs: Sequence[Job]) -> set[str]:
+    """The per-link member names among the jobs' modules (each distinct path judged once:
+    every job names the modules it imports again)."""
+    return {p for p in {m for j in jobs for m in (j.module, *j.imports)} if per_link_member(p)}
+
+
+def _learner(digests: Digests) -> Callable[[Any], None]:
+    """What takes in the module digests a worker sends back (:meth:`Digests.since`)."""
+    return lambda learned: digests.learn((str(p), str(d)) for p, d in learned)
+
+
+def _revive(value: Any) -> Decoded:
+    return None if value is None else (str(value[0]), bool(value[1]))
 
 
 def _worth_asking(todo: list[Task]) -> bool:
@@ -298,10 +378,5 @@ def _decode_forked(todo: list[Task], paths: ModulePaths, workers: int) -> list[D
     def work(share: Sequence[int]) -> list[Decoded]:
         return [_decode_task(todo[i], paths) for i in share]
 
-    def revive(value: Any) -> Decoded:
-        return None if value is None else (str(value[0]), bool(value[1]))
-
-    def take(learned: Any) -> None:
-        digests.learn((str(p), str(d)) for p, d in learned)
-
-    return split(work, len(todo), workers, revive, lambda: digests.since(mark), take)
+    return split(work, len(todo), workers, _revive, lambda: digests.since(mark),
+                 _learner(digests))  # fmt: skip

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from store.manifest import Manifest
 
     from ..jobfile import Job, JobFile
+    from ..keys.shard_key import Early
     from ..log import Log
     from ..options import Options
     from ..runners import Result
@@ -321,9 +322,10 @@ def run_cached(
     log: Log,
     examined: dict[str, os.stat_result] | None = None,
     handoff: Handoff | None = None,
+    early: Early | None = None,
 ) -> Summary:
     """The link through the cache; ``examined``: the inputs' stat from the job-file checks;
-    ``handoff``: see CachedLink.serve_all."""
+    ``handoff``: see CachedLink.serve_all; ``early``: shards being decoded already."""
     store = open_store(options, log)
     if store is None:
         from .dispatch import run_plain
@@ -338,7 +340,7 @@ def run_cached(
 
         tiers = Tiers(options, log, store, writes.promote)
     link = CachedLink(job_file, options, log, store, writes, tiers, handoff)
-    shard_keys = ShardKeys(writes, options.jobs, tiers, hold=handoff is not None)
+    shard_keys = ShardKeys(writes, options.jobs, tiers, early, hold=handoff is not None)
     keyed: list[Keyed] = []
     try:
         try:
