@@ -8,7 +8,7 @@ import pytest
 
 from cached_dist import jobfile
 from cached_dist.jobfile import JobFile
-from cached_dist.keys import compute
+from cached_dist.keys.key import Recipe
 from cached_dist.link import cached as caching
 from cached_dist.log import Log
 from cached_dist.options import Options
@@ -51,7 +51,7 @@ def test_a_bug_in_keying_does_not_fail_the_link(
     def broken(*args: object, **kwargs: object) -> str:
         raise ValueError("a bug")
 
-    monkeypatch.setattr(compute.Recipe, "key", broken)
+    monkeypatch.setattr(Recipe, "key", broken)
     summary = caching.run_cached(jf, Options(jobs=2, cache_dir=str(tmp_path / "c")), Log())
     assert (summary.hits, summary.compiled) == (0, 3)
     assert "cannot compute keys (ValueError: a bug); linking without it" in capsys.readouterr().err
