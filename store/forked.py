@@ -59,8 +59,8 @@ def split(
         for i, value in zip(shares[0], work(shares[0]), strict=True):
             results[i] = value
         for worker, share in started:
-            done = worker.collect(revive, take_extra) if worker is not None else None
-            if done is None or len(done) != len(share):
+            done = worker.collect(revive, take_extra, len(share)) if worker is not None else None
+            if done is None:
                 done = work(share)  # the worker failed: its share is done here
             for i, value in zip(share, done, strict=True):
                 results[i] = value
@@ -78,15 +78,18 @@ def _on(work: Callable[[Sequence[int]], list[R]], share: list[int]) -> Callable[
 class Worker:
     """A forked copy of this process doing some work (:func:`start`)."""
 
-    def __init__(self, pid: int, read_fd: int) -> None:
+    def __init__(self, pid: int, read_fd: int, pidfd: int) -> None:
         self.pid = pid
         self.read_fd = read_fd
+        self.pidfd = pidfd  # signals go through it: the pid alone may be another's by then
 
     def collect(
-        self, revive: Callable[[Any], R], take_extra: Callable[[Any], None] | None = None
-    ) -> list[R] | None:
-        """Waits for the worker's results, each through ``revive``, and hands what it learned
-        to ``take_extra``; None if it failed, died or sent something unreadable."""
+        self, revive: Callable[[Any], R], take_extra: Callable[[Any], None] | None = None,
+        count: int | None = None,
+    ) -> list[R] | None:  # fmt: skip
+        """Waits for the worker's results, each through ``revive``; None if it failed, died
+        or sent something unreadable, or not ``count`` results. Only then is what it learned
+        handed to ``take_extra``."""
         import marshal
 
         with os.fdopen(self.read_fd, "rb") as pipe:
@@ -96,6 +99,8 @@ class Worker:
         try:
             sent, learned = marshal.loads(raw)
             done = [revive(value) for value in sent]
+            if count is not None and len(done) != count:
+                return None
             if take_extra is not None:
                 take_extra(learned)
         except (ValueError, TypeError, IndexError, KeyError, EOFError):
@@ -104,11 +109,11 @@ class Worker:
 
     def cancel(self) -> None:
         """Stops the worker, if its results were not collected: it only reads and computes."""
-        if self.pid:
+        if self.pidfd >= 0:
             import signal
 
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, signal.SIGKILL)
+            with contextlib.suppress(OSError):  # gone already
+                signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
         if self.read_fd >= 0:
             os.close(self.read_fd)
             self.read_fd = -1
@@ -116,16 +121,23 @@ class Worker:
 
     def _reap(self) -> None:
         if self.pid:
-            with contextlib.suppress(ChildProcessError):
+            with contextlib.suppress(ChildProcessError):  # SIGCHLD ignored: reaped already
                 os.waitpid(self.pid, 0)
             self.pid = 0
+        if self.pidfd >= 0:
+            os.close(self.pidfd)
+            self.pidfd = -1
 
 
 def start(
     work: Callable[[], list[Any]], extra: Callable[[], object] | None = None
 ) -> Worker | None:
     """``work()`` in a forked copy of this process, which sends back its results and
-    ``extra()`` marshalled (see :func:`split`); None if no process can be forked now."""
+    ``extra()`` marshalled (see :func:`split`); None if no process can be forked now.
+
+    The worker's standard streams are /dev/null and it keeps no other descriptor of this
+    process: should this process be killed, it holds nothing open of anyone's (a build's
+    output pipes, a client's socket) while it finishes."""
     import marshal
 
     try:
@@ -140,12 +152,20 @@ def start(
         return None
     if pid == 0:  # pragma: no cover - runs in the child
         try:
-            os.close(read_fd)
+            null = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(null, fd)
+            keep = os.dup2(write_fd, 3)
+            os.closerange(4, 1 << 20)  # close_range(2): one call
             done = work()
             out = marshal.dumps([done, extra() if extra is not None else None])
-            with os.fdopen(write_fd, "wb") as pipe:
+            with os.fdopen(keep, "wb") as pipe:
                 pipe.write(out)
         finally:
             os._exit(0)
     os.close(write_fd)
-    return Worker(pid, read_fd)
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError:  # it has ended (and, SIGCHLD ignored, been reaped): nothing to signal
+        pidfd = -1
+    return Worker(pid, read_fd, pidfd)

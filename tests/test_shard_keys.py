@@ -237,3 +237,28 @@ def test_an_early_worker_is_stopped_when_the_job_file_is_refused(in_dir: Path) -
         flow.run(jf, Options(jobs=2, cache_dir=str(in_dir / "cache")), Log(),
                  Handoff())  # type: ignore[arg-type]  # fmt: skip
     assert {p.pid for p in psutil.Process().children()} == before
+
+
+def test_a_file_replaced_after_the_early_worker_read_it_is_keyed_as_checked(
+    in_dir: Path,
+) -> None:
+    """The early worker reads before the job-file checks: a module (or shard) replaced in
+    between must not be keyed by the content the worker saw. Its results count only for
+    files the checks found as it read them."""
+    import time
+
+    jobs = write_link(in_dir, 2 * shard_key.PARALLEL_MIN_JOBS_NATIVE + 22)
+    early = shard_key.start_early(jobs, 2)
+    assert early is not None
+    victim = jobs[1]  # the worker's (1 % 16 < 9), and imported by none
+    assert victim.index in {j.index for j in early.share}
+    time.sleep(0.5)  # the worker has read it by now
+    (in_dir / "new").write_bytes(b"module changed")
+    os.replace(in_dir / "new", in_dir / victim.module)
+    examined = {p: os.stat(p) for j in jobs for p in (j.module, j.shard or "", *j.imports)}
+    keys, digests = ShardKeys(DictMemo(), 2, early=early), Digests(examined)
+    keys.prepare(jobs, digests)
+    alone, by_itself = ShardKeys(DictMemo(), 1), Digests(examined)
+    alone.prepare(jobs, by_itself)
+    assert digests.of(victim.module) == by_itself.of(victim.module) == Digests().of(victim.module)
+    assert keys.digests == alone.digests

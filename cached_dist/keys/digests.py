@@ -76,6 +76,14 @@ class Digests:
         self._memo: dict[tuple[int, int, int, int], str] = {}
         self._by_path: dict[str, str] = {}  # inputs do not change while LLD waits on us
         self._is_file: dict[str, bool] = {}
+        #: (device, inode, size, mtime) of each file read, as read: what a worker that read
+        #: them before the job-file checks sends back, for examined_as() there.
+        self.identities: dict[str, tuple[int, int, int, int]] = {}
+
+    def examined_as(self, path: str, identity: tuple[object, ...]) -> bool:
+        """Whether the job-file checks found ``path`` with this identity."""
+        st = self._examined.get(path)
+        return st is not None and (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) == identity
 
     def is_file(self, path: str) -> bool:
         """``os.path.isfile``, once per path per link: every job repeats the shared options."""
@@ -100,7 +108,10 @@ class Digests:
     def read(self, path: str) -> bytes:
         """The bytes of the input ``path`` (:func:`read_regular`, against the stat the
         job-file checks took of it, if they did)."""
-        return read_regular(path, self._examined.get(path))
+        seen = self._examined.get(path) or os.stat(path)
+        data = read_regular(path, seen)
+        self.identities[path] = (seen.st_dev, seen.st_ino, seen.st_size, seen.st_mtime_ns)
+        return data
 
     def of_each(self, paths: tuple[str, ...]) -> list[str]:
         """:meth:`of` each path, in order: a job's imports, mostly worked out already."""
@@ -126,4 +137,5 @@ class Digests:
             found = digest_bytes(read_regular(path, st))
             self._memo[identity] = found
         self._by_path[path] = found
+        self.identities[path] = identity
         return found

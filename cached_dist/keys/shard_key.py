@@ -272,12 +272,24 @@ class Early:
         self.share = share
 
     def take(self, digests: Digests) -> dict[int, Decoded]:
-        """The worker's results by job index ({} if it failed); the module digests it
-        worked out go to ``digests``."""
-        done = self.worker.collect(_revive, _learner(digests))
-        if done is None or len(done) != len(self.share):
+        """The worker's results by job index ({} if it failed), and the module digests it
+        worked out into ``digests``: only those of files it read as the job-file checks
+        found them (``digests`` holds their stat), and only the results of jobs all of whose
+        files it read so. It read them before the checks: a file replaced meanwhile would
+        otherwise be keyed by content nobody compiles."""
+        sent: list[Any] = []
+        done = self.worker.collect(_revive, sent.append, len(self.share))
+        if done is None:
             return {}
-        return {job.index: result for job, result in zip(self.share, done, strict=True)}
+        try:
+            learned, identities = sent[0]
+            same = {str(path) for path, seen in identities
+                    if digests.examined_as(str(path), tuple(seen))}  # fmt: skip
+            _learner(digests)([(path, d) for path, d in learned if path in same])
+        except (ValueError, TypeError, IndexError):
+            return {}
+        return {job.index: result for job, result in zip(self.share, done, strict=True)
+                if same.issuperset((job.shard, job.module, *job.imports))}  # fmt: skip
 
     def cancel(self) -> None:
         """Stops the worker if its results were not taken (the link went another way)."""
@@ -310,7 +322,10 @@ def start_early(jobs: Sequence[Job], parallel: int) -> Early | None:
     def work() -> list[Decoded]:
         return [_decode_task((job.index, "", None, job), paths) for job in share]
 
-    worker = start(work, lambda: paths.digests.since(0))
+    def learned() -> object:
+        return paths.digests.since(0), list(paths.digests.identities.items())
+
+    worker = start(work, learned)
     return Early(worker, share) if worker is not None else None
 
 

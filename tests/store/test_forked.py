@@ -48,3 +48,33 @@ def test_a_share_whose_results_cannot_be_sent_is_done_here() -> None:
     out = split(lambda share: [Placed(i) for i in share], 40, 2, revive)
     assert [p.i for p in out] == list(range(40))
     assert {p.pid for p in out} == {os.getpid()}
+
+
+def test_a_worker_keeps_nothing_of_this_process_open() -> None:
+    """Killed, a link must not leave its worker holding a build's output pipe (or a client's
+    socket) open: the worker's standard streams are /dev/null, its other descriptors closed."""
+    import os
+    import select
+    import time
+
+    from store.forked import start
+
+    read_end, write_end = os.pipe()  # as a build's pipe on this process's stdout
+    try:
+
+        def work() -> list[object]:
+            time.sleep(2)
+            return []
+
+        worker = start(work)
+        assert worker is not None
+        os.close(write_end)
+        write_end = -1
+        started = time.monotonic()
+        assert select.select([read_end], [], [], 5)[0]  # the end of the pipe, at once
+        assert os.read(read_end, 1) == b"" and time.monotonic() - started < 1
+        worker.cancel()
+    finally:
+        os.close(read_end)
+        if write_end >= 0:
+            os.close(write_end)
