@@ -68,6 +68,11 @@ def read_regular(path: str, seen: os.stat_result | None = None) -> bytes:
     return data
 
 
+def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
+    """What tells one version of a file from another, for the memo and the early worker."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
 class Digests:
     def __init__(self, examined: dict[str, os.stat_result] | None = None) -> None:
         # Inputs the job-file checks examined: read against that stat (a file replaced since
@@ -83,7 +88,7 @@ class Digests:
     def examined_as(self, path: str, identity: tuple[object, ...]) -> bool:
         """Whether the job-file checks found ``path`` with this identity."""
         st = self._examined.get(path)
-        return st is not None and (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) == identity
+        return st is not None and _identity(st) == identity
 
     def is_file(self, path: str) -> bool:
         """``os.path.isfile``, once per path per link: every job repeats the shared options."""
@@ -110,7 +115,7 @@ class Digests:
         job-file checks took of it, if they did)."""
         seen = self._examined.get(path) or os.stat(path)
         data = read_regular(path, seen)
-        self.identities[path] = (seen.st_dev, seen.st_ino, seen.st_size, seen.st_mtime_ns)
+        self.identities[path] = _identity(seen)
         return data
 
     def of_each(self, paths: tuple[str, ...]) -> list[str]:
@@ -131,7 +136,7 @@ class Digests:
                 digest = self._by_path[path] = digest_bytes(member.read())
                 return digest
         st = self._examined.get(path) or os.stat(path)
-        identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        identity = _identity(st)
         found = self._memo.get(identity)
         if found is None:
             found = digest_bytes(read_regular(path, st))

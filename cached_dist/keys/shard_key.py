@@ -153,7 +153,7 @@ class ShardKeys:
         # server's child writes nothing anywhere before its link is its own.
         self.hold = hold
         self.held: list[tuple[str, str]] = []
-        self.early = early  # a worker decoding part of the per-link shards already
+        self.early = early  # a worker decoding some per-link shards of the jobs prepare() gets
         self.parallel = max(1, parallel)
         self.digests: dict[int, str] = {}
         self.decoded = 0  # shards decoded in this link
@@ -165,7 +165,7 @@ class ShardKeys:
         worth it."""
         todo: list[Task] = []
         asked: list[Task] = []
-        members = _members(jobs)
+        members = self.early.members if self.early is not None else _members(jobs)
         for job in jobs:
             if job.shard is None:
                 self.digests[job.index] = "none"
@@ -267,9 +267,10 @@ class ShardKeys:
 class Early:
     """A forked worker decoding some of a link's per-link shards (:func:`start_early`)."""
 
-    def __init__(self, worker: Worker, share: list[Job]) -> None:
+    def __init__(self, worker: Worker, share: list[Job], members: set[str]) -> None:
         self.worker = worker
         self.share = share
+        self.members = members  # the link's per-link member names (_members), judged once
 
     def take(self, digests: Digests) -> dict[int, Decoded]:
         """The worker's results by job index ({} if it failed), and the module digests it
@@ -326,7 +327,7 @@ def start_early(jobs: Sequence[Job], parallel: int) -> Early | None:
         return paths.digests.since(0), list(paths.digests.identities.items())
 
     worker = start(work, learned)
-    return Early(worker, share) if worker is not None else None
+    return Early(worker, share, members) if worker is not None else None
 
 
 def _members(jobs: Sequence[Job]) -> set[str]:
