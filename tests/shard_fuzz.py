@@ -81,10 +81,11 @@ def capture(dest: Path) -> int:
     return len(entries)
 
 
-def load_corpus(directory: Path) -> list[tuple[bytes, Lookup]]:
+def load_corpus(directory: Path) -> list[tuple[bytes, Lookup, dict[str, str]]]:
+    """Each shard, its module_digest and the table behind it (path -> digest)."""
     entries = json.loads((directory / "corpus.json").read_text())
-    return [((directory / e["shard"]).read_bytes(), lookup_for(e["table"], e["cwd"]))
-            for e in entries]  # fmt: skip
+    return [((directory / e["shard"]).read_bytes(), lookup_for(e["table"], e["cwd"]),
+             e["table"]) for e in entries]  # fmt: skip
 
 
 def load_extension(path: str | None) -> ModuleType:
@@ -142,8 +143,15 @@ def reference(data: bytes, lookup: Lookup) -> tuple[str, bool]:
     return r.digest, r.exact
 
 
-def native(ext: ModuleType, data: bytes, lookup: Lookup) -> tuple[str, bool] | None:
-    body = ext.canonical_body(data, lookup)
+def native(
+    ext: ModuleType, data: bytes, lookup: Lookup, table: dict[str, str] | None = None
+) -> tuple[str, bool] | None:
+    """The extension's answer; with ``table``, it takes the digests of the table's paths from
+    the table itself (``own`` and ``known``) and asks ``lookup`` only for other paths."""
+    if table is None:
+        body = ext.canonical_body(data, lookup)
+    else:
+        body = ext.canonical_body(data, lookup, frozenset(table), table)
     if type(body) is bytes:
         return xxhash.xxh3_128_hexdigest(CANON_TAG + body), True
     if body is None:
@@ -158,20 +166,20 @@ def run(directory: Path, mutations: int, seed: int, extension: str | None) -> di
     counts = {"corpus": len(corpus), "mutations": 0, "same_canonical": 0, "same_raw": 0,
               "handed_back": 0, "max_ms": 0}  # fmt: skip
     digests: list[str] = []  # canonical digest of each corpus shard
-    for i, (data, lookup) in enumerate(corpus):
+    for i, (data, lookup, table) in enumerate(corpus):
         want = reference(data, lookup)
         got = native(ext, data, lookup)
-        if got != want or not want[1]:
+        if got != want or not want[1] or native(ext, data, lookup, table) != want:
             raise SystemExit(f"corpus shard {i}: native {got} reference {want}")
         digests.append(want[0])
     known = set(digests)
     rng = random.Random(seed)
     for n in range(mutations):
         source = rng.randrange(len(corpus))
-        data, lookup = corpus[source]
+        data, lookup, table = corpus[source]
         damaged = mutate(data, rng)
         started = time.perf_counter()
-        got = native(ext, damaged, lookup)
+        got = native(ext, damaged, lookup, table if n % 2 else None)  # both ways of asking
         took = time.perf_counter() - started
         counts["max_ms"] = max(counts["max_ms"], round(took * 1000))
         if took > 1.0:

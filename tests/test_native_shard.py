@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -95,10 +96,53 @@ def test_real_shards_agree(corpus: Path) -> None:
     assert len(shards) > 40
     kinds = {e["shard"].rsplit("-", 1)[0] for e in json.loads((corpus / "corpus.json").read_text())}
     assert kinds == {"c", "c-thin", "cxx", "gen", "gen-thin"}
-    for data, lookup in shards:
+    asked: list[str] = []
+    for data, lookup, table in shards:
         want = canonical_shard(data, lookup)
         assert want.exact, want.reason
         assert native.canonical_digest(data, lookup) == (want.digest, True, "")
+
+        def counted(path: str, lookup: shard_fuzz.Lookup = lookup) -> str | None:
+            asked.append(path)
+            return lookup(path)
+
+        # The digests of the job's own paths taken from ``known``: the same digest, and the
+        # Python function is not called for any of them.
+        got = native.canonical_digest(data, counted, frozenset(table), table)
+        assert got == (want.digest, True, "")
+    assert asked == []
+
+
+@needs_native
+def test_own_paths_without_a_usable_digest_in_known_ask_module_digest() -> None:
+    """A path of ``own`` missing from ``known``, or mapped to something not a str, is asked
+    of ``module_digest`` as any other path; misuse of the pair is a TypeError."""
+    data = base_shard()
+    want = native.canonical_digest(data, digest_of)
+    asked: list[str] = []
+
+    def counted(path: str) -> str | None:
+        asked.append(path)
+        return digest_of(path)
+
+    native.canonical_digest(data, counted)
+    paths, asked[:] = frozenset(asked), []  # the paths the shard names
+    assert paths
+    unusable: list[dict[str, Any]] = [{}, dict.fromkeys(paths, 7), dict.fromkeys(paths)]
+    for known in unusable:
+        assert native.canonical_digest(data, counted, paths, known) == want
+        assert sorted(asked) == sorted(paths)
+        asked.clear()
+    right = {p: d for p in paths if (d := digest_of(p)) is not None}
+    assert right  # a path outside ``own`` is asked, whatever ``known`` holds for it
+    assert native.canonical_digest(data, counted, frozenset(), right) == want
+    assert sorted(asked) == sorted(paths)
+    from cached_dist.bitcode import _shard  # type: ignore[attr-defined]
+
+    misuses: list[tuple[object, object]] = [(paths, None), (None, {}), (list(paths), {})]
+    for own, wrong in misuses:
+        with pytest.raises(TypeError):
+            _shard.canonical_body(data, digest_of, own, wrong)
 
 
 @needs_native

@@ -143,10 +143,13 @@ def test_spelling_table_answers_as_each_jobs_own_table(in_dir: Path) -> None:
     asked = ["a.o", "./a.o", "b.o", "./b.o", "sub/c.o", "sub//c.o", str(in_dir / "a.o"),
              str(in_dir / "b.o"), str(in_dir / "sub/c.o"), "sub/../a.o", "c.o", "nope.o"]  # fmt: skip
     for job in jobs:
-        fast, table = paths.lookup(job), _table_lookup(job, Digests(), os.getcwd())
+        (fast, own), table = paths.lookup(job), _table_lookup(job, Digests(), os.getcwd())
         assert [fast(p) for p in asked] == [table(p) for p in asked], job
+        # What the native decoder takes for a path of the job's own, without asking fast
+        assert own == frozenset((job.module, *job.imports))
+        assert [paths.digests.known[p] for p in own] == [table(p) for p in own], job
     assert not paths.ambiguous
-    assert paths.lookup(jobs[0])("b.o") is None  # another job's module, not this one's
+    assert paths.lookup(jobs[0])[0]("b.o") is None  # another job's module, not this one's
 
 
 def test_paths_that_spell_alike_but_differ_fall_back_to_each_jobs_table(in_dir: Path) -> None:
@@ -160,13 +163,14 @@ def test_paths_that_spell_alike_but_differ_fall_back_to_each_jobs_table(in_dir: 
         Job(1, (), "link/../a.o", None, (), (), ("y",)),
     ]
     paths = ModulePaths(Digests())
-    first = paths.lookup(jobs[0])
-    assert not paths.ambiguous
-    second = paths.lookup(jobs[1])
-    assert paths.ambiguous
+    first, own = paths.lookup(jobs[0])
+    assert not paths.ambiguous and own == frozenset(("a.o",))
+    second, own = paths.lookup(jobs[1])
+    assert paths.ambiguous and own is None  # no shortcut past the table
     deep = Digests().of("link/../a.o")
     assert second("link/../a.o") == deep == second("a.o")  # the job's own table: its file
-    assert paths.lookup(jobs[0])("a.o") == first("a.o") == Digests().of("a.o") != deep
+    again, own = paths.lookup(jobs[0])
+    assert own is None and again("a.o") == first("a.o") == Digests().of("a.o") != deep
 
 
 def test_an_early_worker_gives_what_one_process_gives(

@@ -7,7 +7,7 @@
  * a count checked against the bits left, and all memory is released (or kept for the next
  * call, see canon_get) on every path.
  *
- * canonical_body(data, module_digest) returns
+ * canonical_body(data, module_digest[, own, known]) returns
  *   bytes  the canonical text (the shard is fully understood),
  *   str    why the shard is not canonical (the caller uses the raw digest),
  *   None   "ask the reference": a value did not fit 64 bits, or a Python call failed in a
@@ -21,6 +21,8 @@
  *     SLACK spare bytes, so short strings are copied as whole 16/24-byte blocks); each GUID is
  *     formatted once; small value and module ids index a direct table; plain module names
  *     are quoted without calling repr();
+ *   - module digests: a path the job's own set (``own``) holds is looked up in ``known``
+ *     directly; only other spellings cost a call of module_digest (a Python function);
  *   - sorting: parts are grouped by kind (their fixed prefixes decide the order between
  *     kinds), then sorted as strings by an MSD radix sort on 7-byte chunks;
  *   - memory: the growable buffers are kept from one call to the next (canon_get).
@@ -1353,6 +1355,7 @@ typedef struct {
 typedef struct {
     D d;
     PyObject *module_digest;
+    PyObject *own, *known; /* the job's own paths (a set) and path -> digest (a dict), or NULL */
     Parts parts;
     Module *mods;
     size_t nmods, capmods;
@@ -1475,7 +1478,21 @@ static int module_strtab(Canon *c, const Records *r) {
             PyObject *spath = PyUnicode_DecodeUTF8(path, (Py_ssize_t)plen, "surrogateescape");
             if (!spath)
                 return fail(d, ST_PYERR, "");
-            PyObject *digest = PyObject_CallOneArg(c->module_digest, spath);
+            PyObject *digest = NULL;
+            if (c->own) { /* a path of the job's own, as it spells it: no Python call */
+                int mine = PySet_Contains(c->own, spath);
+                PyObject *found = mine > 0 ? PyDict_GetItemWithError(c->known, spath) : NULL;
+                if (mine < 0 || (!found && PyErr_Occurred())) {
+                    Py_DECREF(spath);
+                    return fail(d, ST_PYERR, "");
+                }
+                if (found && PyUnicode_CheckExact(found)) {
+                    digest = found;
+                    Py_INCREF(digest);
+                }
+            }
+            if (!digest)
+                digest = PyObject_CallOneArg(c->module_digest, spath);
             if (!digest) {
                 Py_DECREF(spath);
                 return fail(d, ST_PYERR, "");
@@ -2131,10 +2148,16 @@ static void canon_put(Canon *c) {
 
 static PyObject *canonical_body(PyObject *self, PyObject *args) {
     Py_buffer view;
-    PyObject *module_digest;
+    PyObject *module_digest, *own = Py_None, *known = Py_None;
     (void)self;
-    if (!PyArg_ParseTuple(args, "y*O:canonical_body", &view, &module_digest))
+    if (!PyArg_ParseTuple(args, "y*O|OO:canonical_body", &view, &module_digest, &own, &known))
         return NULL;
+    if ((own == Py_None) != (known == Py_None) ||
+        (own != Py_None && (!PyAnySet_Check(own) || !PyDict_Check(known)))) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_TypeError, "own must be a set and known a dict, or both None");
+        return NULL;
+    }
     Canon *c = canon_get();
     if (!c) {
         PyBuffer_Release(&view);
@@ -2144,6 +2167,10 @@ static PyObject *canonical_body(PyObject *self, PyObject *args) {
     c->d.len = (size_t)view.len;
     c->d.width = 2;
     c->module_digest = module_digest;
+    if (own != Py_None) { /* held by args for the call */
+        c->own = own;
+        c->known = known;
+    }
     PyObject *result = NULL;
     int bad = payload(&c->d) || shard(c);
     if (c->d.status == ST_PYERR) {
@@ -2215,8 +2242,9 @@ static void module_free(void *m) {
 
 static PyMethodDef methods[] = {
     {"canonical_body", canonical_body, METH_VARARGS,
-     "canonical_body(data, module_digest) -> bytes (canonical text) | str (why not) | None "
-     "(ask the reference)"},
+     "canonical_body(data, module_digest[, own, known]) -> bytes (canonical text) | str (why "
+     "not) | None (ask the reference). A module path in ``own`` (a set) found in ``known`` (a "
+     "dict of str) takes that digest; module_digest is asked for the others."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -30,11 +30,16 @@ MISSING_NOTICE = (
 
 
 def canonical_digest(
-    data: bytes, module_digest: Callable[[str], str | None]
-) -> tuple[str, bool, str]:
-    """``(digest, exact, reason)`` exactly as ``shard.canonical_shard`` would give them."""
+    data: bytes, module_digest: Callable[[str], str | None],
+    own: frozenset[str] | None = None, known: dict[str, str] | None = None,
+) -> tuple[str, bool, str]:  # fmt: skip
+    """``(digest, exact, reason)`` exactly as ``shard.canonical_shard`` would give them.
+
+    ``own`` and ``known`` spare the extension a call of ``module_digest`` for each path of
+    ``own`` that the shard spells as is (~0.7 us each, some 25 a shard on a large link): it
+    takes ``known[path]`` instead. The caller promises ``module_digest`` would say the same."""
     if _shard is not None:
-        body = _shard.canonical_body(data, module_digest)
+        body = _shard.canonical_body(data, module_digest, own, known)
         if type(body) is bytes:
             return xxhash.xxh3_128_hexdigest(CANON_TAG + body), True, ""
         if body is not None:

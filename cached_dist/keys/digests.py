@@ -97,6 +97,11 @@ class Digests:
             found = self._is_file[path] = os.path.isfile(path)
         return found
 
+    @property
+    def known(self) -> dict[str, str]:
+        """Path -> digest of every input worked out so far (not to be changed)."""
+        return self._by_path
+
     def mark(self) -> int:
         """A point in what is known, for :meth:`since`."""
         return len(self._by_path)

@@ -96,15 +96,18 @@ class ModulePaths:
                     self.ambiguous = True
         self.known.add(path)
 
-    def lookup(self, job: Job) -> Callable[[str], str | None]:
-        """``module_digest`` for the decoder: a path the job's shard names -> its content."""
+    def lookup(self, job: Job) -> tuple[Callable[[str], str | None], frozenset[str] | None]:
+        """``module_digest`` for the decoder (a path the job's shard names -> its content),
+        and the job's own paths when a path among them maps to ``digests.known[path]``, as
+        the decoder may then look it up there itself."""
         own = (job.module, *job.imports)
         if not self.known.issuperset(own):
             for path in own:
                 if path not in self.known:
                     self._add(path)
         if self.ambiguous:
-            return _table_lookup(job, self.digests, self.cwd)
+            return _table_lookup(job, self.digests, self.cwd), None
+        # Not ambiguous: each own path's spelling as is maps to its own digest.
         paths = frozenset(own)
         by_spelling = self.by_spelling
 
@@ -116,7 +119,7 @@ class ModulePaths:
                     return None
             return found[1]
 
-        return module_digest
+        return module_digest, paths
 
 
 def _table_lookup(job: Job, digests: Digests, cwd: str) -> Callable[[str], str | None]:
@@ -133,10 +136,13 @@ def _table_lookup(job: Job, digests: Digests, cwd: str) -> Callable[[str], str |
     return module_digest
 
 
-def _decode(data: bytes, module_digest: Callable[[str], str | None]) -> tuple[str, bool]:
+def _decode(
+    data: bytes, module_digest: Callable[[str], str | None],
+    own: frozenset[str] | None = None, known: dict[str, str] | None = None,
+) -> tuple[str, bool]:  # fmt: skip
     from ..bitcode.native import canonical_digest
 
-    digest, exact, _ = canonical_digest(data, module_digest)
+    digest, exact, _ = canonical_digest(data, module_digest, own, known)
     return ("canon:" if exact else "raw:") + digest, exact
 
 
@@ -376,10 +382,10 @@ def _decode_task(task: Task, paths: ModulePaths) -> Decoded:
     try:
         if data is None:
             data = paths.digests.read(job.shard or "")
-        lookup = paths.lookup(job)
+        lookup, own = paths.lookup(job)
     except OSError:
         return None
-    return _decode(data, lookup)
+    return _decode(data, lookup, own, paths.digests.known if own is not None else None)
 
 
 def _decode_forked(todo: list[Task], paths: ModulePaths, workers: int) -> list[Decoded]:

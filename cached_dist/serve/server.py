@@ -394,6 +394,11 @@ def _become(fds: list[int], env: dict[str, str], umask: int, ignored: int) -> No
     os.fchdir(fds[3])
     for fd in fds:
         os.close(fd)
-    os.environ.clear()
-    os.environ.update(env)
+    # Only what differs from the server's own: each change is a putenv() (~0.5 ms for all).
+    environ = os.environ
+    for name in [name for name in environ if name not in env]:
+        del environ[name]
+    for name, value in env.items():
+        if environ.get(name) != value:
+            environ[name] = value
     os.umask(umask)
