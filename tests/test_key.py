@@ -194,8 +194,8 @@ def test_the_recipe_spelled_out_for_every_job_of_a_link(
     jf = jobfile.parse(doc, str(tmp_path / "app.dist-file.json"))
 
     class Shards:
-        def prepare(self, jobs: object, digests: object) -> None:
-            pass
+        def begin(self, jobs: object, digests: object) -> list[object]:
+            return []
 
         def __call__(self, job: Any, digests: object) -> str:
             return "raw:" + _digest(files[job.shard])

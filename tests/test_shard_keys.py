@@ -176,15 +176,16 @@ def test_paths_that_spell_alike_but_differ_fall_back_to_each_jobs_table(in_dir: 
 def test_an_early_worker_gives_what_one_process_gives(
     in_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Started as the job file is loaded (a warm server's child), a worker decodes 9 in 16 of
-    the per-link shards while the link checks its job file; prepare() decodes the rest."""
+    """Started as the job file is loaded (a warm server's child), a worker decodes two in
+    three of the per-link shards while the link checks its job file; prepare() decodes the
+    rest."""
     count = 2 * shard_key.PARALLEL_MIN_JOBS_NATIVE + 22
     jobs = write_link(in_dir, count)
     alone = prepared(jobs, parallel=1)
     forks = counting_forks(monkeypatch)
     early = shard_key.start_early(jobs, 2)
     assert early is not None and len(forks) == 1
-    assert len(early.share) == sum(1 for i in range(count) if i % 16 < 9)
+    assert len(early.share) == sum(1 for i in range(count) if i % 3 < 2)
     keys = ShardKeys(DictMemo(), 2, early=early)
     digests = Digests()
     keys.prepare(jobs, digests)
@@ -254,7 +255,7 @@ def test_a_file_replaced_after_the_early_worker_read_it_is_keyed_as_checked(
     jobs = write_link(in_dir, 2 * shard_key.PARALLEL_MIN_JOBS_NATIVE + 22)
     early = shard_key.start_early(jobs, 2)
     assert early is not None
-    victim = jobs[1]  # the worker's (1 % 16 < 9), and imported by none
+    victim = jobs[1]  # the worker's (1 % 3 < 2), and imported by none
     assert victim.index in {j.index for j in early.share}
     time.sleep(0.5)  # the worker has read it by now
     (in_dir / "new").write_bytes(b"module changed")
@@ -266,3 +267,34 @@ def test_a_file_replaced_after_the_early_worker_read_it_is_keyed_as_checked(
     alone.prepare(jobs, by_itself)
     assert digests.of(victim.module) == by_itself.of(victim.module) == Digests().of(victim.module)
     assert keys.digests == alone.digests
+
+
+def test_keys_of_jobs_decoded_here_come_before_the_early_worker_s_are_taken(
+    in_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """compute_keys hands on the keys of the jobs this process decoded (to be looked up)
+    before it takes the early worker's results; then those of the worker's share. The keys
+    are those of a link keyed in one process, in job order."""
+    from cached_dist.jobfile import JobFile
+    from cached_dist.keys import toolchain
+    from cached_dist.keys.compute import Keyed, compute_keys
+
+    monkeypatch.setattr(toolchain, "identity", lambda *a, **k: "tool")
+    jobs = write_link(in_dir, 2 * shard_key.PARALLEL_MIN_JOBS_NATIVE + 22)
+    jf = JobFile(str(in_dir / "app.json"), "lld", "app", None, ("clang", "-c"), (), tuple(jobs))
+    alone = compute_keys(jf, toolchain.NoMemo(), ShardKeys(DictMemo(), 1))
+    early = shard_key.start_early(jobs, 2)
+    assert early is not None
+    theirs = {job.index for job in early.share}
+    keys = ShardKeys(DictMemo(), 2, early=early)
+    batches: list[list[int]] = []
+
+    def on_keyed(keyed: list[Keyed]) -> None:
+        batches.append([k.job.index for k in keyed])
+        if len(batches) == 1:  # not taken yet: the worker's jobs have no shard digest here
+            assert theirs.isdisjoint(keys.digests)
+
+    together = compute_keys(jf, toolchain.NoMemo(), keys, on_keyed=on_keyed)
+    assert batches == [[j.index for j in jobs if j.index not in theirs], sorted(theirs)]
+    assert [(k.job.index, k.key) for k in together] == [(k.job.index, k.key) for k in alone]
+    assert all(k.key for k in together)

@@ -9,7 +9,7 @@ from .key import NotCacheableError, Recipe
 TYPE_CHECKING = False  # typing and dataclasses cost ~15 ms of a ~100 ms cache hit
 if TYPE_CHECKING:
     import os
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from ..jobfile import Job, JobFile
     from .shard_key import ShardKeys
@@ -35,38 +35,57 @@ def compute_keys(
     compiler_check: str = "content",
     warn: Callable[[str], None] | None = None,
     examined: dict[str, os.stat_result] | None = None,
+    on_keyed: Callable[[list[Keyed]], None] | None = None,
 ) -> list[Keyed]:
-    """Every job's key; ``compiler_check`` is how the compiler is identified (see
-    :mod:`.toolchain`); ``warn`` hears once about a check command that fails; ``examined``:
-    inputs already ``stat``-ed by the job-file checks."""
+    """Every job's key, in job order; ``compiler_check`` is how the compiler is identified
+    (see :mod:`.toolchain`); ``warn`` hears once about a check command that fails;
+    ``examined``: inputs already ``stat``-ed by the job-file checks. ``on_keyed`` gets the
+    keyed jobs as they are ready: those whose shards a forked worker decodes (see
+    ShardKeys.begin) come last, so the caller can look up the others meanwhile."""
     digests = Digests(examined)
-    shard_keys.prepare(job_file.jobs, digests)
+    later = shard_keys.begin(job_file.jobs, digests)
     recipe = Recipe(job_file, digests)
     identities: dict[str, str | None] = {}
     why_not: dict[str, str] = {}
-    keyed = []
     shared = job_file.common_args
-    for job in job_file.jobs:
-        compiler = shared[0] if shared else job_file.command(job)[0]
-        if compiler not in identities:
-            try:
-                identities[compiler] = (
-                    toolchain.identity(compiler, memo, compiler_check) if compiler else None
-                )
-            except OSError:
-                identities[compiler] = None  # the runner will report the missing compiler
-            except toolchain.CompilerCheckError as e:
-                identities[compiler] = None
-                why_not[compiler] = f"--compiler-check failed: {e}"
-                if warn is not None:
-                    warn(f"{why_not[compiler]}; not caching jobs compiled by {compiler}")
-        ident = identities[compiler]
-        key = None
-        reason = why_not.get(compiler, "no compiler") if ident is None else ""
-        if ident is not None:
-            try:
-                key = recipe.key(job, ident, shard_keys)
-            except (OSError, NotCacheableError) as e:
-                reason = str(e)  # said once, on the job's "miss" line
-        keyed.append(Keyed(job, key, ident or "", reason))
-    return keyed
+
+    def key_each(jobs: Sequence[Job]) -> list[Keyed]:
+        keyed = []
+        for job in jobs:
+            compiler = shared[0] if shared else job_file.command(job)[0]
+            if compiler not in identities:
+                try:
+                    identities[compiler] = (
+                        toolchain.identity(compiler, memo, compiler_check) if compiler else None
+                    )
+                except OSError:
+                    identities[compiler] = None  # the runner will report the missing compiler
+                except toolchain.CompilerCheckError as e:
+                    identities[compiler] = None
+                    why_not[compiler] = f"--compiler-check failed: {e}"
+                    if warn is not None:
+                        warn(f"{why_not[compiler]}; not caching jobs compiled by {compiler}")
+            ident = identities[compiler]
+            key = None
+            reason = why_not.get(compiler, "no compiler") if ident is None else ""
+            if ident is not None:
+                try:
+                    key = recipe.key(job, ident, shard_keys)
+                except (OSError, NotCacheableError) as e:
+                    reason = str(e)  # said once, on the job's "miss" line
+            keyed.append(Keyed(job, key, ident or "", reason))
+        if on_keyed is not None:
+            on_keyed(keyed)
+        return keyed
+
+    if not later:
+        return key_each(job_file.jobs)
+    waiting = {job.index for job in later}
+    first = key_each([job for job in job_file.jobs if job.index not in waiting])
+    shard_keys.finish(digests)
+    rest = key_each(later)
+    return sorted(first + rest, key=_job_index)
+
+
+def _job_index(k: Keyed) -> int:
+    return k.job.index

@@ -165,10 +165,19 @@ class ShardKeys:
         self.decoded = 0  # shards decoded in this link
         self.memoized = 0  # shards whose canonical digest came from the memo
         self.inexact = 0  # shards that fell back to the raw form (can only miss)
+        self._later: list[Task] = []  # the early worker's share, for finish()
+        self._paths: ModulePaths | None = None
 
     def prepare(self, jobs: Sequence[Job], digests: Digests) -> None:
         """Looks up the memo for every job (one batch); decodes the rest, in parallel when
         worth it."""
+        self.begin(jobs, digests)
+        self.finish(digests)
+
+    def begin(self, jobs: Sequence[Job], digests: Digests) -> list[Job]:
+        """:meth:`prepare`, except for the shards of the early worker's share: returns those
+        jobs (none without an early worker), whose digests :meth:`finish` takes from it. The
+        link keys (and looks up) the other jobs meanwhile."""
         todo: list[Task] = []
         asked: list[Task] = []
         members = self.early.members if self.early is not None else _members(jobs)
@@ -206,9 +215,36 @@ class ShardKeys:
                     self.memoized += 1
             self.memo.memo_put_many("shard", list(known.items()))
             todo = [t for t in todo if t[1] not in known]
-        decoded = self._decode_all(todo, digests)
+        paths = ModulePaths(digests)
+        if self.early is not None:  # its share (per-link shards only: nothing to memoize)
+            theirs = {job.index for job in self.early.share}
+            self._later = [t for t in todo if t[0] in theirs]
+            self._paths = paths
+            todo = [t for t in todo if t[0] not in theirs]
+        learned = self._record(todo, self._decode_all(todo, paths))
+        self.memo.memo_put_many("shard", learned)  # one transaction for the whole link
+        if learned and shared is not None:
+            if self.hold:
+                self.held = learned
+            else:
+                shared.memo_share("shard", learned)
+        return [t[3] for t in self._later]
+
+    def finish(self, digests: Digests) -> None:
+        """Takes the early worker's results for the jobs :meth:`begin` returned; decodes
+        here those it could not give."""
+        later, self._later = self._later, []
+        if not later or self.early is None:
+            return
+        done = self.early.take(digests)
+        paths = self._paths or ModulePaths(digests)
+        self._record(later, [done[t[0]] if t[0] in done else _decode_task(t, paths)
+                             for t in later])  # fmt: skip
+
+    def _record(self, tasks: list[Task], decoded: list[Decoded]) -> list[tuple[str, str]]:
+        """Keeps each task's digest; returns the (memo key, digest) pairs worth memoizing."""
         learned: list[tuple[str, str]] = []
-        for (index, memo_key, _, _), result in zip(todo, decoded, strict=True):
+        for (index, memo_key, _, _), result in zip(tasks, decoded, strict=True):
             if result is None:
                 continue  # unreadable: the key computation fails on it too
             digest, exact = result
@@ -218,12 +254,7 @@ class ShardKeys:
                 self.inexact += 1
             if memo_key:  # none for shards whose key can never come again
                 learned.append((memo_key, digest))
-        self.memo.memo_put_many("shard", learned)  # one transaction for the whole link
-        if learned and shared is not None:
-            if self.hold:
-                self.held = learned
-            else:
-                shared.memo_share("shard", learned)
+        return learned
 
     def share_held(self) -> None:
         """Shares what :meth:`prepare` held back (``hold``)."""
@@ -238,16 +269,15 @@ class ShardKeys:
             raise OSError(f"summary shard {job.shard} could not be read")
         return found
 
-    def _decode_all(self, todo: list[Task], digests: Digests) -> list[Decoded]:
+    def _decode_all(self, todo: list[Task], paths: ModulePaths) -> list[Decoded]:
         """Each task's (digest, exact), None for one that cannot be read; split across
-        forked workers when there is enough work."""
+        forked workers when there is enough work (and no early worker is at it)."""
         if not todo:
             return []
+        if self.early is not None:  # the other core decodes its share
+            return [_decode_task(t, paths) for t in todo]
         from ..bitcode.native import NATIVE
 
-        paths = ModulePaths(digests)
-        if self.early is not None:
-            return self._with_early(todo, paths, self.early)
         if NATIVE:
             work, least = len(todo), PARALLEL_MIN_JOBS_NATIVE
         else:
@@ -259,15 +289,6 @@ class ShardKeys:
 
         workers = workers_for(work, least, min(self.parallel, len(todo)))
         return _decode_forked(todo, paths, workers)
-
-    def _with_early(self, todo: list[Task], paths: ModulePaths, early: Early) -> list[Decoded]:
-        """``todo``, part of which the early worker has decoded (or is decoding): the rest is
-        decoded here meanwhile; the worker's part too, should it have failed."""
-        theirs = {job.index for job in early.share}
-        mine = {t[0]: _decode_task(t, paths) for t in todo if t[0] not in theirs}
-        done = early.take(paths.digests)
-        return [done[t[0]] if t[0] in done else mine[t[0]] if t[0] in mine
-                else _decode_task(t, paths) for t in todo]  # fmt: skip
 
 
 class Early:
@@ -304,11 +325,13 @@ class Early:
 
 
 def start_early(jobs: Sequence[Job], parallel: int) -> Early | None:
-    """Starts decoding, in a forked worker, most of the shards that name a regular archive's
-    members (per-link names: never memoized, so every link decodes them), when there are
-    enough for two processes; None otherwise. Reading and decoding touches nothing, so it
-    may begin before the job file is checked; the worker takes 9 in 16 of those jobs, as
-    this process checks the job file and opens the store meanwhile."""
+    """Starts decoding, in a forked worker, two in three of the shards that name a regular
+    archive's members (per-link names: never memoized, so every link decodes them), when
+    there are enough for two processes; None otherwise. Reading and decoding touches
+    nothing, so it may begin before the job file is checked. Meanwhile this process checks
+    the job file, opens the store, decodes the other third and keys and looks up those jobs
+    (compute_keys): about as long as the worker takes (docs/design.md, "Shards decoded
+    from the start")."""
     from ..bitcode.native import NATIVE
 
     if not NATIVE or parallel < 2:
@@ -321,7 +344,7 @@ def start_early(jobs: Sequence[Job], parallel: int) -> Early | None:
     ]
     if len(picked) < 2 * PARALLEL_MIN_JOBS_NATIVE:
         return None
-    share = [job for i, job in enumerate(picked) if i % 16 < 9]
+    share = [job for i, job in enumerate(picked) if i % 3 < 2]
     from store.forked import start
 
     paths = ModulePaths(Digests())

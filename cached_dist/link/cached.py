@@ -88,6 +88,8 @@ class CachedLink:
         self.wall_saved = 0.0  # over the hits whose entries recorded their wall-time share
         self.bytes_served = 0
         self.counters: dict[str, int] = {}  # extra statistics: shards, verification
+        self.found: dict[str, Manifest] = {}  # what look_up() found
+        self.asked: set[str] = set()  # the keys it looked up
 
     def serve(self, k: Keyed, how: str = "local cache") -> bool:
         """Copies a stored result to the job's outputs; False is a miss."""
@@ -102,10 +104,18 @@ class CachedLink:
         self.account(k, manifest, how, time.monotonic() - started)
         return True
 
+    def look_up(self, keyed: list[Keyed]) -> None:
+        """Looks up a batch of keys (one pass over the index) for :meth:`serve_all`."""
+        keys = [k.key for k in keyed if k.key is not None]
+        self.asked.update(keys)
+        self.found.update(self.store.lookup(keys))
+
     def serve_all(self, keyed: list[Keyed]) -> list[Keyed]:
-        """The link's first pass: every key looked up at once, every hit placed (by forked
-        workers too, when there are many); returns the misses."""
-        found = self.store.lookup([k.key for k in keyed if k.key is not None])
+        """The link's first pass: every key looked up (most as they were computed, see
+        compute_keys' on_keyed), every hit placed (by forked workers too, when there are
+        many); returns the misses."""
+        self.look_up([k for k in keyed if k.key is not None and k.key not in self.asked])
+        found = self.found
         ready = [k for k in keyed if (m := found.get(k.key or "")) is not None
                  and len(m.outputs) == len(k.job.outputs)]  # fmt: skip
         if self.handoff is not None:  # nothing written yet: the client may still link itself
@@ -345,7 +355,7 @@ def run_cached(
     try:
         try:
             keyed = compute_keys(job_file, writes, shard_keys, options.compiler_check, log.warn,
-                                 examined)  # fmt: skip
+                                 examined, link.look_up)  # fmt: skip
         except Exception as e:  # a bug in keying must not cost the user the link
             if options.debug:
                 raise
