@@ -352,6 +352,31 @@ def test_materialize_many_places_verifies_and_reports_here(tmp_path: Path, worke
     assert os.listdir(tmp_path / "c" / "tmp") == []  # the stage the copies were made in: gone
 
 
+def test_hard_links_are_forked_for_only_in_larger_numbers(tmp_path: Path) -> None:
+    """A hard link costs less than half a copy: a fork pays for links from twice as many
+    outputs (FORK_MIN_LINKS) as for copies; every link is still verified and placed."""
+    from store.store import FORK_MIN_LINKS, FORK_MIN_OUTPUTS
+
+    s = Store(tmp_path / "c", hard_link=True)
+    keys = [f"{i:04x}" for i in range(2 * FORK_MIN_LINKS)]
+    for i, key in enumerate(keys):
+        assert put(s, tmp_path, key, content(key, 10 + i))
+    manifests = [m for k in keys if (m := s.get(k)) is not None]
+    assert len(manifests) == len(keys) and FORK_MIN_LINKS > FORK_MIN_OUTPUTS
+    for count, expected_forks in ((2 * FORK_MIN_OUTPUTS, 0), (2 * FORK_MIN_LINKS, 1)):
+        out = tmp_path / f"out{count}"
+        out.mkdir()
+        pairs = list(zip(keys, manifests, strict=True))[:count]
+        items = [(m, {"obj": str(out / f"{k}.o")}) for k, m in pairs]
+        with pytest.MonkeyPatch.context() as mp:
+            forks = counting_forks(mp)
+            took = s.materialize_many(items, 2)
+        assert len(forks) == expected_forks and None not in took
+        assert all((out / f"{k}.o").read_bytes() == content(k, 10 + i)
+                   for i, k in enumerate(keys[:count]))  # fmt: skip
+        assert (out / f"{keys[0]}.o").stat().st_nlink > 1  # linked, not copied
+
+
 def test_large_placings_copy_through_a_stage_where_they_may(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
