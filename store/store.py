@@ -158,8 +158,9 @@ class Store:
 
     def lookup(self, keys: Sequence[str]) -> dict[str, Manifest]:
         """The manifests stored for ``keys`` (the found ones), in one pass over the index: a
-        link's first look at all its keys. Blobs are not checked here as in get():
-        materialize() finds an evicted one, and drops its entry then."""
+        link's first look at its keys (in one batch, or a few as they are computed). Blobs
+        are not checked here as in get(): materialize() finds an evicted one, and drops its
+        entry then."""
         index = self._index
         if index is None:
             return {}
@@ -190,8 +191,9 @@ class Store:
     ) -> list[float | None]:
         """:meth:`materialize` for many entries: for each, the seconds its outputs took to
         place, or None for a miss. With ``workers`` > 1 and at least FORK_MIN_OUTPUTS
-        outputs each, the hashing and placing is split across forked processes
-        (:mod:`.forked`); entries are dropped, damage counted and problems reported here."""
+        outputs each (FORK_MIN_LINKS hard links), the hashing and placing is split across
+        forked processes (:mod:`.forked`); entries are dropped, damage counted and problems
+        reported here."""
         if self._index is None:
             return [None] * len(items)
         plans: list[tuple[int, str, int, str]] = []  # (item, digest, size, destination)

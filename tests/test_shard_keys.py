@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -64,6 +65,25 @@ def prepared(jobs: list[Job], parallel: int, memo: DictMemo | None = None) -> Sh
     keys = ShardKeys(memo or DictMemo(), parallel)
     keys.prepare(jobs, Digests())
     return keys
+
+
+def examined(jobs: list[Job]) -> dict[str, os.stat_result]:
+    """What the job-file checks would hand the key: each input's stat."""
+    return {p: os.stat(p) for j in jobs for p in (j.module, j.shard or "", *j.imports)}
+
+
+def count_decodes_here(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Counts the shards this process decodes from now on (a worker forked before keeps the
+    real function)."""
+    calls: list[str] = []
+    real = shard_key._decode
+
+    def counted(data: bytes, *args: object) -> tuple[str, bool]:
+        calls.append("decode")
+        return real(data, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(shard_key, "_decode", counted)
+    return calls
 
 
 @pytest.fixture
@@ -186,10 +206,12 @@ def test_an_early_worker_gives_what_one_process_gives(
     early = shard_key.start_early(jobs, 2)
     assert early is not None and len(forks) == 1
     assert len(early.share) == sum(1 for i in range(count) if i % 3 < 2)
+    here = count_decodes_here(monkeypatch)
     keys = ShardKeys(DictMemo(), 2, early=early)
-    digests = Digests()
+    digests = Digests(examined(jobs))
     keys.prepare(jobs, digests)
     assert len(forks) == 1  # no other worker
+    assert len(here) == count - len(early.share)  # the worker's results were taken
     assert keys.digests == alone.digests and keys.decoded == count
     assert {j.module for j in jobs} <= dict(digests.since(0)).keys()
     early.cancel()  # taken already: nothing to stop
@@ -286,6 +308,7 @@ def test_keys_of_jobs_decoded_here_come_before_the_early_worker_s_are_taken(
     early = shard_key.start_early(jobs, 2)
     assert early is not None
     theirs = {job.index for job in early.share}
+    here = count_decodes_here(monkeypatch)
     keys = ShardKeys(DictMemo(), 2, early=early)
     batches: list[list[int]] = []
 
@@ -294,7 +317,28 @@ def test_keys_of_jobs_decoded_here_come_before_the_early_worker_s_are_taken(
         if len(batches) == 1:  # not taken yet: the worker's jobs have no shard digest here
             assert theirs.isdisjoint(keys.digests)
 
-    together = compute_keys(jf, toolchain.NoMemo(), keys, on_keyed=on_keyed)
+    together = compute_keys(jf, toolchain.NoMemo(), keys, examined=examined(jobs),
+                            on_keyed=on_keyed)  # fmt: skip
+    assert len(here) == len(jobs) - len(theirs)  # the worker's results were taken
     assert batches == [[j.index for j in jobs if j.index not in theirs], sorted(theirs)]
     assert [(k.job.index, k.key) for k in together] == [(k.job.index, k.key) for k in alone]
     assert all(k.key for k in together)
+
+
+def test_own_paths_looked_up_by_the_decoder_give_the_digests_module_digest_gives(
+    in_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The native decoder takes a job's own module digests from Digests.known
+    (ModulePaths.lookup's ``own``): the shard digests are those of asking module_digest for
+    every path."""
+    jobs = write_link(in_dir, 40)
+    shortcut = prepared(jobs, 1)
+    real = shard_key._decode
+
+    def without(data: bytes, lookup: Any, own: Any = None, known: Any = None) -> Any:
+        return real(data, lookup)
+
+    monkeypatch.setattr(shard_key, "_decode", without)
+    asked = prepared(jobs, 1)
+    assert shortcut.digests == asked.digests and len(asked.digests) == 40
+    assert all(d.startswith("canon:") for d in asked.digests.values())

@@ -159,7 +159,7 @@ class ShardKeys:
         # server's child writes nothing anywhere before its link is its own.
         self.hold = hold
         self.held: list[tuple[str, str]] = []
-        self.early = early  # a worker decoding some per-link shards of the jobs prepare() gets
+        self.early = early  # a worker decoding some per-link shards of the jobs begin() gets
         self.parallel = max(1, parallel)
         self.digests: dict[int, str] = {}
         self.decoded = 0  # shards decoded in this link
@@ -257,7 +257,7 @@ class ShardKeys:
         return learned
 
     def share_held(self) -> None:
-        """Shares what :meth:`prepare` held back (``hold``)."""
+        """Shares what :meth:`begin` held back (``hold``)."""
         if self.held and self.shared is not None:
             self.shared.memo_share("shard", self.held)
         self.held = []
