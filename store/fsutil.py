@@ -130,10 +130,10 @@ def spread_subdirectories(path: str) -> bool:
     """Marks the directory ``path`` FS_TOPDIR_FL, so that ext2/3/4 place each new
     subdirectory (and the files later made in it) in a block group of its own choosing;
     False where the file system or the permissions do not allow it (nothing else changes)."""
-    import fcntl
-    import struct
+    import fcntl  # (struct would tell sizeof(long), for ~0.3 ms more of a copying link)
 
-    long_size = struct.calcsize("l")  # the ioctl numbers encode sizeof(long)
+    # The ioctl numbers encode sizeof(long), the size of a pointer on Linux (LP64 or ILP32).
+    long_size = (sys.maxsize.bit_length() + 1) // 8
     get_flags = (2 << 30) | (long_size << 16) | (ord("f") << 8) | 1  # FS_IOC_GETFLAGS
     set_flags = (1 << 30) | (long_size << 16) | (ord("f") << 8) | 2  # FS_IOC_SETFLAGS
     try:
