@@ -78,6 +78,7 @@ class Server:
         for name in PRELOAD:
             importlib.import_module(name)
         self.stamps = _stamps()
+        _own_environment()
         # What is loaded now stays as it is: out of the collector's sight, a child's
         # collections do not write to (and so copy) every page of it (~1.5 ms of a link).
         gc.freeze()
@@ -381,6 +382,16 @@ def _unservable(peer_pid: int, argv: list[str]) -> str:
     except OSError:
         return "cannot tell which files the client sees"
     return ""
+
+
+def _own_environment() -> None:
+    """Makes the C environment ``os.environ`` exactly, once: a child then changes only the
+    variables its client sets otherwise (:func:`_become`), and the programs it may run (a
+    ``--compiler-check`` command, ``ldd``) get the client's environment. An inherited
+    environment may name a variable twice, of which ``os.environ`` keeps one."""
+    kept = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(kept)
 
 
 def _become(fds: list[int], env: dict[str, str], umask: int, ignored: int) -> None:
