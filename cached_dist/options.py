@@ -90,7 +90,7 @@ def _seconds(text: str) -> float:
     return value
 
 
-def _idle_seconds(text: str) -> float:
+def idle_seconds(text: str) -> float:
     """Seconds, or 0 (which turns the thing off)."""
     try:
         if float(text) == 0:
@@ -209,7 +209,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("dask-timeout", "longest wait for a link's jobs on Dask; the rest compile here "
                "(default: 900)", _seconds, "SECONDS"),
     OptionSpec("dask-resident-idle", "seconds the resident Dask client waits for another link "
-               "before it exits; 0: no resident client (default: 600)", _idle_seconds,
+               "before it exits; 0: no resident client (default: 600)", idle_seconds,
                "SECONDS"),
     OptionSpec("remote-storage", "remote cache tier(s) after the local one: redis://, rediss://, "
                "http://, https:// URLs, space-separated", _remote_urls, "URL"),

@@ -282,10 +282,10 @@ def test_a_file_replaced_after_the_early_worker_read_it_is_keyed_as_checked(
     time.sleep(0.5)  # the worker has read it by now
     (in_dir / "new").write_bytes(b"module changed")
     os.replace(in_dir / "new", in_dir / victim.module)
-    examined = {p: os.stat(p) for j in jobs for p in (j.module, j.shard or "", *j.imports)}
-    keys, digests = ShardKeys(DictMemo(), 2, early=early), Digests(examined)
+    checked = examined(jobs)
+    keys, digests = ShardKeys(DictMemo(), 2, early=early), Digests(checked)
     keys.prepare(jobs, digests)
-    alone, by_itself = ShardKeys(DictMemo(), 1), Digests(examined)
+    alone, by_itself = ShardKeys(DictMemo(), 1), Digests(checked)
     alone.prepare(jobs, by_itself)
     assert digests.of(victim.module) == by_itself.of(victim.module) == Digests().of(victim.module)
     assert keys.digests == alone.digests

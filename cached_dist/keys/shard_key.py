@@ -165,8 +165,8 @@ class ShardKeys:
         self.decoded = 0  # shards decoded in this link
         self.memoized = 0  # shards whose canonical digest came from the memo
         self.inexact = 0  # shards that fell back to the raw form (can only miss)
-        self._later: list[Task] = []  # the early worker's share, for finish()
-        self._paths: ModulePaths | None = None
+        # The early worker, the link's module paths and the worker's share, for finish().
+        self._later: tuple[Early, ModulePaths, list[Task]] | None = None
 
     def prepare(self, jobs: Sequence[Job], digests: Digests) -> None:
         """Looks up the memo for every job (one batch); decodes the rest, in parallel when
@@ -216,11 +216,12 @@ class ShardKeys:
             self.memo.memo_put_many("shard", list(known.items()))
             todo = [t for t in todo if t[1] not in known]
         paths = ModulePaths(digests)
+        later: list[Task] = []
         if self.early is not None:  # its share (per-link shards only: nothing to memoize)
             theirs = {job.index for job in self.early.share}
-            self._later = [t for t in todo if t[0] in theirs]
-            self._paths = paths
+            later = [t for t in todo if t[0] in theirs]
             todo = [t for t in todo if t[0] not in theirs]
+            self._later = (self.early, paths, later)
         learned = self._record(todo, self._decode_all(todo, paths))
         self.memo.memo_put_many("shard", learned)  # one transaction for the whole link
         if learned and shared is not None:
@@ -228,18 +229,19 @@ class ShardKeys:
                 self.held = learned
             else:
                 shared.memo_share("shard", learned)
-        return [t[3] for t in self._later]
+        return [t[3] for t in later]
 
     def finish(self, digests: Digests) -> None:
         """Takes the early worker's results for the jobs :meth:`begin` returned; decodes
         here those it could not give."""
-        later, self._later = self._later, []
-        if not later or self.early is None:
+        if self._later is None:
             return
-        done = self.early.take(digests)
-        paths = self._paths or ModulePaths(digests)
-        self._record(later, [done[t[0]] if t[0] in done else _decode_task(t, paths)
-                             for t in later])  # fmt: skip
+        early, paths, later = self._later
+        self._later = None
+        if later:
+            done = early.take(digests)
+            self._record(later, [done[t[0]] if t[0] in done else _decode_task(t, paths)
+                                 for t in later])  # fmt: skip
 
     def _record(self, tasks: list[Task], decoded: list[Decoded]) -> list[tuple[str, str]]:
         """Keeps each task's digest; returns the (memo key, digest) pairs worth memoizing."""
@@ -274,8 +276,6 @@ class ShardKeys:
         forked workers when there is enough work (and no early worker is at it)."""
         if not todo:
             return []
-        if self.early is not None:  # the other core decodes its share
-            return [_decode_task(t, paths) for t in todo]
         from ..bitcode.native import NATIVE
 
         if NATIVE:
@@ -283,7 +283,8 @@ class ShardKeys:
         else:
             work = sum(len(t[2] or b"") or ESTIMATED_SHARD for t in todo)
             least = PARALLEL_MIN_BYTES
-        if self.parallel < 2 or work < 2 * least:  # not worth a worker: no fork, no import
+        # Not worth a worker (no fork, no import), or the early worker has the other core.
+        if self.parallel < 2 or work < 2 * least or self.early is not None:
             return [_decode_task(t, paths) for t in todo]
         from store.forked import workers_for
 

@@ -11,7 +11,7 @@ import os
 
 from ...errors import UsageError
 from ...log import Log
-from ...options import _idle_seconds
+from ...options import idle_seconds
 from ...serve import require_client, socket_path
 
 
@@ -26,7 +26,7 @@ def main(args: list[str]) -> int:
         elif word == "--idle-exit" or word.startswith("--idle-exit="):
             text = word.partition("=")[2] if "=" in word else next(words, "")
             try:
-                idle = _idle_seconds(text)  # as the options' idle times: 0 turns it off
+                idle = idle_seconds(text)  # as the options' idle times: 0 turns it off
             except ValueError as e:
                 raise UsageError(f"serve: --idle-exit: {e}") from None
         else:
