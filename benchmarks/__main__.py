@@ -14,12 +14,12 @@ the chart docs/benchmark-chart.png. `report` does only that last step, from save
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from .cache_link import byte_compile
 from .harness import report
 from .harness.codebases import CODEBASES
 from .harness.runner import Bench, tool_versions
@@ -70,8 +70,7 @@ def run(args: argparse.Namespace) -> int:
             "machine": {**machine(), "cpu": cpu_model()}, "tools": tool_versions(),
             "command": "python -m benchmarks " + " ".join(sys.argv[1:] or ["run"]),
             "quick": args.quick}  # fmt: skip
-    package = Path(__file__).parent.parent / "cached_dist"  # byte-compiled, as when installed
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(package)], capture_output=True)
+    byte_compile()  # as when installed
     for name in names:
         cb = CODEBASES[name]
         bench = Bench(

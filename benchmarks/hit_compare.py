@@ -41,9 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     byte_compile()
     other = str(Path(args.other).resolve())
     other_root = Path(other).parent.parent.parent  # .venv/bin/cached-dist -> checkout
-    subprocess.run([str(Path(other).parent / "python"), "-m", "compileall", "-q",
-                    str(other_root / "cached_dist"), str(other_root / "store")],
-                   capture_output=True)  # fmt: skip
+    byte_compile((other_root / "cached_dist", other_root / "store"),
+                 str(Path(other).parent / "python"))  # fmt: skip
     work = WORK / "hit_compare"
     src = lua.build(work / "lua", thin=not args.regular)
     saved = work / "saved"
