@@ -39,14 +39,14 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from . import lua
 from .cache_link import CAPTURE, byte_compile, cached_dist
 from .sources import WORK, machine
-from .timing import interleave, timed
+from .timing import Measured, interleave, timed
 
 HERE = Path(__file__).parent
 RESULTS = HERE / "results"
@@ -327,6 +327,12 @@ def measure(args: argparse.Namespace, programs: list[str], root: Path, floor_c: 
                           **{_excess_key(n): e for n, e in zip(OURS, excess, strict=True)},
                           "file_create_ms": creates[program]}  # fmt: skip
         print(_row(program, jobs[program], med, excess))
+    print("\nEach link over the LLD cache link of its own round, medians (a program's link "
+          "times can drift over a run; its configurations run one after another):\n")  # fmt: skip
+    print("| program | " + " | ".join(CONFIGS[1:]) + " |\n|" + " --- |" * len(CONFIGS))
+    for program in programs:
+        table[program]["round_ratios"] = ratios = round_ratios(results, program)
+        print(f"| {program} | " + " | ".join(f"{ratios[n]:.2f}x" for n in CONFIGS[1:]) + " |")
     # The warm server's children are not the link's: their CPU time is nowhere in its rusage.
     local = [n for n in CONFIGS if n not in (WARM, WARM_HARD_LINK)]
     print("\nCPU time (user + system, the link and all it ran; not for the warm server, whose "
@@ -372,6 +378,15 @@ def measure(args: argparse.Namespace, programs: list[str], root: Path, floor_c: 
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "floor_bench.json").write_text(json.dumps(report, indent=1) + "\n")
     return 0
+
+
+def round_ratios(results: Mapping[str, Measured], program: str) -> dict[str, float]:
+    """Each configuration's median, over the rounds, of its link time over the LLD cache
+    link's in the same round: less moved by a drift over the run than a ratio of medians."""
+    lld = results[f"{program}: LLD cache"].times
+    return {n: statistics.median(t / base for t, base in zip(results[f"{program}: {n}"].times,
+                                                             lld, strict=True))
+            for n in CONFIGS[1:]}  # fmt: skip
 
 
 def _excess_key(config: str) -> str:
