@@ -32,7 +32,8 @@ def cached_dist() -> str:
     return str(Path(sys.executable).parent / "cached-dist")
 
 
-PACKAGES = (Path(__file__).parent.parent / "cached_dist", Path(__file__).parent.parent / "store")
+ROOT = Path(__file__).parent.parent  # the checkout
+PACKAGES = (ROOT / "cached_dist", ROOT / "store")
 
 
 def byte_compile(packages: tuple[Path, ...] = PACKAGES, python: str = sys.executable) -> None:
@@ -56,10 +57,9 @@ BARE = "bare local runner (--disable)"
 def warm_other_program(cache: Path) -> None:
     """Links the tests' small C program through cached-dist into ``cache``: the store then
     exists and knows the toolchain, as any cache in use does, but holds nothing of lua."""
-    root = Path(__file__).parent.parent
     build = WORK / "cache_link" / "other"
     shutil.rmtree(build, ignore_errors=True)
-    shutil.copytree(root / "tests" / "programs" / "calc", build)
+    shutil.copytree(ROOT / "tests" / "programs" / "calc", build)
     clang = str(lua.LLVM_BIN / "clang")
     objects = []
     for source in sorted(build.glob("*.c")):
