@@ -217,6 +217,34 @@ def test_an_early_worker_gives_what_one_process_gives(
     early.cancel()  # taken already: nothing to stop
 
 
+def test_an_early_worker_s_module_digests_spare_this_process_reading_modules(
+    in_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker sends the digest of every module the jobs name before it decodes: this
+    process then reads only the shards it decodes itself, and no module."""
+    from cached_dist.keys import digests as digests_module
+
+    count = 2 * shard_key.PARALLEL_MIN_JOBS_NATIVE + 22
+    jobs = write_link(in_dir, count)
+    alone = prepared(jobs, parallel=1)
+    early = shard_key.start_early(jobs, 2)
+    assert early is not None
+    read: list[str] = []
+    real = digests_module.read_regular
+
+    def counted(path: str, seen: os.stat_result | None = None) -> bytes:
+        read.append(path)
+        return real(path, seen)
+
+    monkeypatch.setattr(digests_module, "read_regular", counted)
+    keys = ShardKeys(DictMemo(), 2, early=early)
+    keys.prepare(jobs, Digests(examined(jobs)))
+    assert keys.digests == alone.digests
+    theirs = {job.index for job in early.share}
+    assert sorted(read) == sorted(str(j.shard) for j in jobs if j.index not in theirs)
+    early.cancel()
+
+
 def test_an_early_worker_that_died_leaves_its_share_here(in_dir: Path) -> None:
     import signal
 

@@ -180,7 +180,9 @@ class ShardKeys:
         link keys (and looks up) the other jobs meanwhile."""
         todo: list[Task] = []
         asked: list[Task] = []
-        members = self.early.members if self.early is not None else _members(jobs)
+        if self.early is not None:
+            self.early.modules(digests)  # none of them read here, then
+        members = self.early.members if self.early is not None else _members(_named(jobs))
         for job in jobs:
             if job.shard is None:
                 self.digests[job.index] = "none"
@@ -293,12 +295,21 @@ class ShardKeys:
 
 
 class Early:
-    """A forked worker decoding some of a link's per-link shards (:func:`start_early`)."""
+    """A forked worker that works out the digest of every module the link's jobs name, then
+    decodes some of its per-link shards (:func:`start_early`)."""
 
     def __init__(self, worker: Worker, share: list[Job], members: set[str]) -> None:
         self.worker = worker
         self.share = share
         self.members = members  # the link's per-link member names (_members), judged once
+        self.same: set[str] = set()  # what modules() found the worker read as checked
+
+    def modules(self, digests: Digests) -> None:
+        """Takes the module digests the worker sends first into ``digests`` (see
+        :meth:`take` for which), so that this process reads none of those files itself."""
+        found = _learned(self.worker.first(), digests)
+        if found is not None:
+            self.same = found[0]
 
     def take(self, digests: Digests) -> dict[int, Decoded]:
         """The worker's results by job index ({} if it failed), and the module digests it
@@ -308,15 +319,10 @@ class Early:
         otherwise be keyed by content nobody compiles."""
         sent: list[Any] = []
         done = self.worker.collect(_revive, sent.append, len(self.share))
-        if done is None:
+        found = _learned(sent[0], digests) if done is not None else None
+        if done is None or found is None:
             return {}
-        try:
-            learned, identities = sent[0]
-            same = {str(path) for path, seen in identities
-                    if digests.examined_as(str(path), tuple(seen))}  # fmt: skip
-            _learner(digests)([(path, d) for path, d in learned if path in same])
-        except (ValueError, TypeError, IndexError):
-            return {}
+        same = (self.same - found[1]) | found[0]  # as last read
         return {job.index: result for job, result in zip(self.share, done, strict=True)
                 if same.issuperset((job.shard, job.module, *job.imports))}  # fmt: skip
 
@@ -326,18 +332,20 @@ class Early:
 
 
 def start_early(jobs: Sequence[Job], parallel: int) -> Early | None:
-    """Starts decoding, in a forked worker, two in three of the shards that name a regular
-    archive's members (per-link names: never memoized, so every link decodes them), when
-    there are enough for two processes; None otherwise. Reading and decoding touches
-    nothing, so it may begin before the job file is checked. Meanwhile this process checks
-    the job file, opens the store, decodes the other third and keys and looks up those jobs
-    (compute_keys): about as long as the worker takes (docs/design.md, "Shards decoded
-    from the start")."""
+    """Starts a forked worker, when a link has enough shards that name a regular archive's
+    members (per-link names: never memoized, so every link decodes them) for two processes;
+    None otherwise. The worker first works out the digest of every module the jobs name, and
+    sends them (this process then reads none of them), then decodes two in three of those
+    shards. Reading and decoding touches nothing, so it may begin before the job file is
+    checked. Meanwhile this process checks the job file, opens the store, decodes the other
+    third and keys and looks up those jobs (compute_keys): about as long as the worker takes
+    (docs/design.md, "Shards decoded from the start")."""
     from ..bitcode.native import NATIVE
 
     if not NATIVE or parallel < 2:
         return None
-    members = _members(jobs)
+    named = _named(jobs)
+    members = _members(named)
     if not members:
         return None
     picked = [
@@ -348,22 +356,56 @@ def start_early(jobs: Sequence[Job], parallel: int) -> Early | None:
     share = [job for i, job in enumerate(picked) if i % 3 < 2]
     from store.forked import start
 
-    paths = ModulePaths(Digests())
+    digests = Digests()
+    paths = ModulePaths(digests)
+    sent: list[Any] = [0, {}]  # how many digests and which identities went first
+
+    def first() -> object:
+        for path in named:
+            try:  # noqa: SIM105 - contextlib imports collections: ~1 ms of a full hit
+                digests.of(path)
+            except OSError:
+                pass  # this process finds out itself, and says so in its own words
+        sent[:] = [digests.mark(), dict(digests.identities)]
+        return digests.since(0), list(digests.identities.items())
 
     def work() -> list[Decoded]:
         return [_decode_task((job.index, "", None, job), paths) for job in share]
 
     def learned() -> object:
-        return paths.digests.since(0), list(paths.digests.identities.items())
+        # The identities not sent first, or other now: a file read twice (a shard also named
+        # as a module) counts as last read.
+        before = sent[1]
+        return digests.since(sent[0]), [(path, seen) for path, seen in digests.identities.items()
+                                        if before.get(path) != seen]  # fmt: skip
 
-    worker = start(work, learned)
+    worker = start(work, learned, first)
     return Early(worker, share, members) if worker is not None else None
 
 
-def _members(jobs: Sequence[Job]) -> set[str]:
-    """The per-link member names among the jobs' modules (each distinct path judged once:
-    every job names the modules it imports again)."""
-    return {p for p in {m for j in jobs for m in (j.module, *j.imports)} if per_link_member(p)}
+def _named(jobs: Sequence[Job]) -> set[str]:
+    """Every module the jobs name, once: each job names the modules it imports again."""
+    return {m for j in jobs for m in (j.module, *j.imports)}
+
+
+def _members(named: set[str]) -> set[str]:
+    """The per-link member names among these module paths."""
+    return {p for p in named if per_link_member(p)}
+
+
+def _learned(sent: Any, digests: Digests) -> tuple[set[str], set[str]] | None:
+    """Takes into ``digests`` the module digests a worker sent with the identities of the
+    files it read (``(digests, identities)``): only those of files it read as the job-file
+    checks found them. Returns their paths and the paths of all files it read (None if
+    ``sent`` is not that)."""
+    try:
+        learned, identities = sent
+        read = {str(path): tuple(seen) for path, seen in identities}
+        same = {path for path, seen in read.items() if digests.examined_as(path, seen)}
+        _learner(digests)([(path, d) for path, d in learned if path in same])
+    except (ValueError, TypeError, IndexError):
+        return None
+    return same, set(read)
 
 
 def _learner(digests: Digests) -> Callable[[Any], None]:

@@ -78,3 +78,66 @@ def test_a_worker_keeps_nothing_of_this_process_open() -> None:
         os.close(read_end)
         if write_end >= 0:
             os.close(write_end)
+
+
+def test_a_first_message_comes_before_the_work_ends(tmp_path: Path) -> None:
+    """start(first=...) sends first() before work() begins: the parent has it while the
+    worker still works, and the results still come whole after it."""
+    import time
+
+    from store.forked import start
+
+    go = tmp_path / "go"  # the worker works until it exists: it cannot be done yet
+
+    def work() -> list[object]:
+        deadline = time.monotonic() + 10
+        while not go.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return [1, "two", go.exists()]
+
+    worker = start(work, lambda: "learned", lambda: ("first", [1, 2]))
+    assert worker is not None
+    assert worker.first() == ("first", [1, 2])
+    assert worker.first() is None  # only once
+    go.write_bytes(b"")
+    extra: list[object] = []
+    assert worker.collect(lambda v: v, extra.append, 3) == [1, "two", True]
+    assert extra == ["learned"]
+    worker.cancel()
+
+
+def test_a_first_message_nobody_took_is_skipped_and_one_that_never_came_fails() -> None:
+    from store.forked import start
+
+    worker = start(lambda: [3], None, lambda: {"a": 1})
+    assert worker is not None
+    assert worker.collect(lambda v: v) == [3]
+    worker.cancel()
+
+    def broken() -> object:
+        raise RuntimeError("no first message")
+
+    failed = start(lambda: [4], None, broken)
+    assert failed is not None
+    assert failed.first() is None
+    assert failed.collect(lambda v: v) is None  # its share is done by the caller
+    failed.cancel()
+
+
+def test_collecting_leaves_the_worker_to_end_and_cancel_waits_for_it() -> None:
+    """collect() does not wait for the worker's exit; cancel() then reaps it, without a
+    signal (its results were read)."""
+    import os
+
+    from store.forked import start
+
+    worker = start(lambda: [1])
+    assert worker is not None
+    pid = worker.pid
+    assert worker.collect(lambda v: v) == [1]
+    worker.cancel()
+    try:
+        os.waitpid(pid, os.WNOHANG)
+        raise AssertionError("not reaped")
+    except ChildProcessError:
+        pass
