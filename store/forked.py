@@ -76,34 +76,28 @@ def _on(work: Callable[[Sequence[int]], list[R]], share: list[int]) -> Callable[
 
 
 class Worker:
-    """A forked copy of this process doing some work (:func:`start`)."""
+    """A forked copy of this process doing some work (:func:`start`). What it sends comes in
+    messages (a length, then the marshalled value): its first message, if asked for, its
+    results, and its answer to an order, if it takes orders."""
 
-    def __init__(self, pid: int, read_fd: int, pidfd: int, first: bool = False) -> None:
+    def __init__(self, pid: int, read_fd: int, pidfd: int, first: bool = False,
+                 order_fd: int = -1) -> None:  # fmt: skip
         self.pid = pid
         self.read_fd = read_fd
+        self.order_fd = order_fd  # where orders go (start's ``then``), -1 if it takes none
         self.pidfd = pidfd  # signals go through it: the pid alone may be another's by then
         self._first = first  # a first message is on its way (start's ``first``), not read yet
-        self._failed = False  # the first message did not come whole
-        self._collected = False  # all it sent is read: it ends by itself
+        self._failed = False  # a message did not come whole: nothing more will
+        self._busy = True  # it works on something whose result is not read yet
 
     def first(self) -> Any:
         """Waits for what the worker sent first (start's ``first``), unmarshalled; None if
         it sent none, or it failed, died or sent something unreadable (:meth:`collect` then
         says None too). Only once, and before :meth:`collect`."""
-        import marshal
-
-        if not self._first or self.read_fd < 0:
+        if not self._first:
             return None
         self._first = False
-        head = _read_exact(self.read_fd, _LENGTH)
-        body = _read_exact(self.read_fd, int.from_bytes(head, "little")) if head else None
-        if body is None:
-            self._failed = True
-            return None
-        try:
-            return marshal.loads(body)
-        except (ValueError, TypeError, EOFError):
-            return None
+        return self._receive()
 
     def collect(
         self, revive: Callable[[Any], R], take_extra: Callable[[Any], None] | None = None,
@@ -113,33 +107,56 @@ class Worker:
         or sent something unreadable, or not ``count`` results. Only then is what it learned
         handed to ``take_extra``. The worker is not waited for to end (~0.5 ms of a large
         link): :meth:`cancel` does that."""
-        import marshal
-
-        with os.fdopen(self.read_fd, "rb") as pipe:
-            self.read_fd = -1
-            raw = pipe.read()
-        self._collected = True
         if self._first:  # a first message nobody asked for
-            self._first = False
-            size = int.from_bytes(raw[:_LENGTH], "little")
-            raw = raw[_LENGTH + size :] if len(raw) >= _LENGTH + size else b""
-        if self._failed:
-            return None
+            self.first()
+        message = self._receive()
+        self._busy = False
         try:
-            sent, learned = marshal.loads(raw)
+            sent, learned = message
             done = [revive(value) for value in sent]
             if count is not None and len(done) != count:
                 return None
             if take_extra is not None:
                 take_extra(learned)
-        except (ValueError, TypeError, IndexError, KeyError, EOFError):
+        except (ValueError, TypeError, IndexError, KeyError):
+            self._failed = True
             return None
         return done
 
+    def order(self, value: Any) -> bool:
+        """Gives a worker whose results were collected the order start's ``then`` carries out
+        (marshalled); False if it takes none, failed or cannot be told, then the caller does
+        that work itself. :meth:`answer` waits for what it gives back."""
+        import marshal
+
+        if self.order_fd < 0 or self._busy or self._failed:
+            return False
+        self._busy = True
+        try:
+            _write_message(self.order_fd, marshal.dumps(value))
+        except (OSError, ValueError):
+            self._failed = True
+            return False
+        finally:
+            os.close(self.order_fd)  # one order: the worker ends after it
+            self.order_fd = -1
+        return True
+
+    def answer(self) -> Any:
+        """What ``then`` gave back for the :meth:`order`, unmarshalled; None if the worker
+        failed, died or sent something unreadable."""
+        value = self._receive()
+        self._busy = False
+        return value
+
     def cancel(self) -> None:
-        """Stops the worker, if its results were not collected: it only reads and computes;
-        then waits for it to end."""
-        if self.pidfd >= 0 and not self._collected:
+        """Stops the worker if something it works on was not read (it only reads and
+        computes, or carries out an order whose answer nobody waits for); then waits for it
+        to end."""
+        if self.order_fd >= 0:  # no order: it ends once its results are sent
+            os.close(self.order_fd)
+            self.order_fd = -1
+        if self.pidfd >= 0 and self._busy:
             import signal
 
             with contextlib.suppress(OSError):  # gone already
@@ -148,6 +165,22 @@ class Worker:
             os.close(self.read_fd)
             self.read_fd = -1
         self._reap()
+
+    def _receive(self) -> Any:
+        """The next message, unmarshalled; None (and nothing more to read) if it did not
+        come whole or cannot be read."""
+        import marshal
+
+        if self._failed or self.read_fd < 0:
+            return None
+        body = _read_message(self.read_fd)
+        if body is None:
+            self._failed = True
+            return None
+        try:
+            return marshal.loads(body)
+        except (ValueError, TypeError, EOFError):
+            return None
 
     def _reap(self) -> None:
         if self.pid:
@@ -161,59 +194,87 @@ class Worker:
 
 def start(
     work: Callable[[], list[Any]], extra: Callable[[], object] | None = None,
-    first: Callable[[], Any] | None = None,
+    first: Callable[[], Any] | None = None, then: Callable[[Any], Any] | None = None,
 ) -> Worker | None:  # fmt: skip
     """``work()`` in a forked copy of this process, which sends back its results and
     ``extra()`` marshalled (see :func:`split`); None if no process can be forked now.
     ``first()``, if given, is worked out and sent before ``work()`` begins, for
-    :meth:`Worker.first` to take while the worker goes on.
+    :meth:`Worker.first` to take while the worker goes on. With ``then``, the worker then
+    waits for one :meth:`Worker.order` and sends back ``then(order)`` (for
+    :meth:`Worker.answer`); it ends when it gets none.
 
     The worker's standard streams are /dev/null and it keeps no other descriptor of this
     process: should this process be killed, it holds nothing open of anyone's (a build's
     output pipes, a client's socket) while it finishes."""
     import marshal
 
+    pipes: list[int] = []
     try:
         read_fd, write_fd = os.pipe()
+        pipes += [read_fd, write_fd]
+        orders_in, orders_out = os.pipe() if then is not None else (-1, -1)
+        pipes += [orders_in, orders_out]
     except OSError:
+        for fd in pipes:
+            if fd >= 0:
+                os.close(fd)
         return None
-    if first is not None:  # room for it all (a 3,000-module link's ~0.4 MB): no wait to send
+    if first is not None or then is not None:  # room for a large link's messages: no wait
         import fcntl
 
-        with contextlib.suppress(OSError):  # past /proc/sys/fs/pipe-max-size: the default
-            fcntl.fcntl(write_fd, fcntl.F_SETPIPE_SZ, _PIPE_SIZE)
+        for fd in (write_fd, orders_out):
+            with contextlib.suppress(OSError):  # past /proc/sys/fs/pipe-max-size: the default
+                if fd >= 0:
+                    fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, _PIPE_SIZE)
     try:
         pid = os.fork()
     except OSError:
-        os.close(read_fd)
-        os.close(write_fd)
+        for fd in pipes:
+            if fd >= 0:
+                os.close(fd)
         return None
     if pid == 0:  # pragma: no cover - runs in the child
         try:
             null = os.open(os.devnull, os.O_RDWR)
             for fd in (0, 1, 2):
                 os.dup2(null, fd)
-            keep = os.dup2(write_fd, 3)
-            os.closerange(4, 1 << 20)  # close_range(2): one call
-            with os.fdopen(keep, "wb") as pipe:
-                if first is not None:
-                    head = marshal.dumps(first())
-                    pipe.write(len(head).to_bytes(_LENGTH, "little") + head)
-                    pipe.flush()
-                done = work()
-                pipe.write(marshal.dumps([done, extra() if extra is not None else None]))
+            out = os.dup2(write_fd, 3)
+            orders = os.dup2(orders_in, 4) if then is not None else -1
+            os.closerange(5 if then is not None else 4, 1 << 20)  # close_range(2): one call
+            if first is not None:
+                _write_message(out, marshal.dumps(first()))
+            done = work()
+            _write_message(out, marshal.dumps([done, extra() if extra is not None else None]))
+            if then is not None:
+                order = _read_message(orders)
+                if order is not None:
+                    _write_message(out, marshal.dumps(then(marshal.loads(order))))
         finally:
             os._exit(0)
     os.close(write_fd)
+    if then is not None:
+        os.close(orders_in)
     try:
         pidfd = os.pidfd_open(pid)
     except OSError:  # it has ended (and, SIGCHLD ignored, been reaped): nothing to signal
         pidfd = -1
-    return Worker(pid, read_fd, pidfd, first is not None)
+    return Worker(pid, read_fd, pidfd, first is not None, orders_out)
 
 
-_LENGTH = 8  # bytes of a first message's length, before it
+_LENGTH = 8  # bytes of a message's length, before it
 _PIPE_SIZE = 1 << 20
+
+
+def _write_message(fd: int, body: bytes) -> None:
+    view = memoryview(len(body).to_bytes(_LENGTH, "little") + body)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _read_message(fd: int) -> bytes | None:
+    """The next message's bytes on ``fd``, None if it ends first."""
+    head = _read_exact(fd, _LENGTH)
+    return None if head is None else _read_exact(fd, int.from_bytes(head, "little"))
 
 
 def _read_exact(fd: int, size: int) -> bytes | None:

@@ -331,7 +331,9 @@ class Early:
         self.worker.cancel()
 
 
-def start_early(jobs: Sequence[Job], parallel: int) -> Early | None:
+def start_early(
+    jobs: Sequence[Job], parallel: int, then: Callable[[Any], Any] | None = None
+) -> Early | None:
     """Starts a forked worker, when a link has enough shards that name a regular archive's
     members (per-link names: never memoized, so every link decodes them) for two processes;
     None otherwise. The worker first works out the digest of every module the jobs name, and
@@ -339,7 +341,8 @@ def start_early(jobs: Sequence[Job], parallel: int) -> Early | None:
     shards. Reading and decoding touches nothing, so it may begin before the job file is
     checked. Meanwhile this process checks the job file, opens the store, decodes the other
     third and keys and looks up those jobs (compute_keys): about as long as the worker takes
-    (docs/design.md, "Shards decoded from the start")."""
+    (docs/design.md, "Shards decoded from the start"). With ``then``, the worker then waits
+    for one order (``Early.worker.order``), such as placing some outputs."""
     from ..bitcode.native import NATIVE
 
     if not NATIVE or parallel < 2:
@@ -379,7 +382,7 @@ def start_early(jobs: Sequence[Job], parallel: int) -> Early | None:
         return digests.since(sent[0]), [(path, seen) for path, seen in digests.identities.items()
                                         if before.get(path) != seen]  # fmt: skip
 
-    worker = start(work, learned, first)
+    worker = start(work, learned, first, then)
     return Early(worker, share, members) if worker is not None else None
 
 

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
     from store import Claim, Store
     from store.manifest import Manifest
+    from store.placing import Helper
 
     from ..jobfile import Job, JobFile
     from ..keys.shard_key import Early
@@ -73,8 +74,10 @@ class CachedLink:
     def __init__(
         self, job_file: JobFile, options: Options, log: Log, store: Store,
         writes: LinkWrites, tiers: Tiers | None = None, handoff: Handoff | None = None,
+        helper: Helper | None = None,
     ) -> None:  # fmt: skip
         self.job_file = job_file
+        self.helper = helper  # the early worker, which may place half of the hits' outputs
         self.handoff = handoff  # a warm server's child: only a full local hit goes ahead
         self.tiers = tiers  # the remote tiers, None without --remote-storage
         self.writes = writes  # the link's memos and promotions, written at its end
@@ -123,7 +126,9 @@ class CachedLink:
             # ShardKeys shares with it waits for the commit: see run_cached).
             self.handoff.commit(len(ready) == len(keyed) and self.options.verify_hits <= 0)
         placed = self.store.materialize_many(
-            [(found[k.key or ""], output_roles(k.job)) for k in ready], self.options.jobs
+            [(found[k.key or ""], output_roles(k.job)) for k in ready],
+            self.options.jobs,
+            self.helper,
         )
         served: set[int] = set()
         for k, took in zip(ready, placed, strict=True):
@@ -349,7 +354,8 @@ def run_cached(
         from .tiers import Tiers
 
         tiers = Tiers(options, log, store, writes.promote)
-    link = CachedLink(job_file, options, log, store, writes, tiers, handoff)
+    helper = early.worker if early is not None else None
+    link = CachedLink(job_file, options, log, store, writes, tiers, handoff, helper)
     shard_keys = ShardKeys(writes, options.jobs, tiers, early, hold=handoff is not None)
     keyed: list[Keyed] = []
     try:

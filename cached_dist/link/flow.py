@@ -26,9 +26,12 @@ def run(job_file: JobFile, options: Options, log: Log, handoff: Handoff | None =
         # A warm server's child: shards a forked worker decodes while the job file is checked
         # (~2 ms less a 301-job link). Not in a process of its own, where the imports and
         # the collector's work after such an early fork copy pages it shares (~2 ms more).
+        from store.placing import place_order
+
         from ..keys.shard_key import start_early
 
-        early = start_early(job_file.jobs, options.jobs)
+        # The worker then places half of the outputs, once the link is committed.
+        early = start_early(job_file.jobs, options.jobs, place_order)
     try:
         # Before any output is removed, any claim taken or the cache opened: a bad job file
         # changes nothing on disk.

@@ -9,6 +9,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -312,11 +313,15 @@ def test_hard_link_serving_copies_where_it_cannot_link(tmp_path: Path) -> None:
         dest.unlink(missing_ok=True)
 
 
-@pytest.mark.parametrize("workers", [1, 2])
-def test_materialize_many_places_verifies_and_reports_here(tmp_path: Path, workers: int) -> None:
-    """Many hits at once (placed by two processes with workers=2): every byte checked, a
-    damaged or missing blob a miss whose entry goes, an unwritable place a miss reported once
-    by this process, whichever process placed it."""
+@pytest.mark.parametrize("workers", [1, 2, "helper"])
+def test_materialize_many_places_verifies_and_reports_here(
+    tmp_path: Path, workers: int | str
+) -> None:
+    """Many hits at once (placed by two processes with workers=2, or half by a helper forked
+    before): every byte checked, a damaged or missing blob a miss whose entry goes, an
+    unwritable place a miss reported once by this process, whichever process placed it."""
+    from store.forked import start
+    from store.placing import place_order
     from store.store import FORK_MIN_OUTPUTS
 
     w = Warnings()
@@ -334,11 +339,17 @@ def test_materialize_many_places_verifies_and_reports_here(tmp_path: Path, worke
     dests = [{"obj": str(out / f"{k}.o")} for k in keys]
     dests[7] = {"obj": str(tmp_path / "no-such-dir" / "x.o")}
     dests[8] = {"other-role": str(out / "y.o")}
+    helper = None
+    if workers == "helper":
+        helper = start(list, then=place_order)
+        assert helper is not None and helper.collect(lambda v: v) == []
     with pytest.MonkeyPatch.context() as mp:
         forks = counting_forks(mp)
         items = [(m, d) for m, d in zip(manifests, dests, strict=True) if m is not None]
-        took = s.materialize_many(items, workers)
-    assert len(forks) == workers - 1
+        took = s.materialize_many(items, 1 if helper else int(workers), helper)
+    assert len(forks) == (0 if helper else int(workers) - 1)
+    if helper is not None:
+        helper.cancel()
     missed = {i for i, t in enumerate(took) if t is None}
     assert missed == {5, 6, 7, 8}
     assert all(t is not None and t >= 0 for i, t in enumerate(took) if i not in missed)
@@ -350,6 +361,55 @@ def test_materialize_many_places_verifies_and_reports_here(tmp_path: Path, worke
     assert s.stats()["corruptions"] == 1
     assert "damaged" in w.text() and w.text().count("cannot copy a cached output") == 1
     assert os.listdir(tmp_path / "c" / "tmp") == []  # the stage the copies were made in: gone
+
+
+@pytest.mark.parametrize("hard_link", [False, True])
+def test_a_helper_places_every_other_output_and_one_that_failed_leaves_them_here(
+    tmp_path: Path, hard_link: bool
+) -> None:
+    """A helper (a worker forked earlier in the link that waits for an order) places every
+    other output in its own process; a helper that died, or whose results were never read,
+    leaves them all to this process. Either way every output is placed and verified."""
+    import signal
+
+    from store.blobs import Blobs
+    from store.forked import start
+    from store.placing import place_order
+    from store.store import HELPER_MIN_OUTPUTS
+
+    s = Store(tmp_path / "c", hard_link=hard_link)
+    keys = [f"{i:04x}" for i in range(2 * HELPER_MIN_OUTPUTS + 1)]
+    for i, key in enumerate(keys):
+        assert put(s, tmp_path, key, content(key, 50 + i))
+    manifests = [m for k in keys if (m := s.get(k)) is not None]
+    here: list[str] = []  # what this process placed
+    real = Blobs.copy_out
+
+    def counted(self: Blobs, digest: str, size: int, dest: str, *args: Any) -> str:
+        here.append(dest)
+        return real(self, digest, size, dest, *args)
+
+    for case in ("helped", "died", "busy"):
+        helper = start(list, then=place_order)
+        assert helper is not None
+        if case != "busy":
+            assert helper.collect(lambda v: v) == []
+        if case == "died":
+            os.kill(helper.pid, signal.SIGKILL)
+        out = tmp_path / case
+        out.mkdir()
+        items = [(m, {"obj": str(out / f"{k}.o")}) for k, m in zip(keys, manifests, strict=True)]
+        here.clear()
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(Blobs, "copy_out", counted)  # in this process only
+            took = s.materialize_many(items, 1, helper)
+        helper.cancel()
+        assert None not in took
+        assert all((out / f"{k}.o").read_bytes() == content(k, 50 + i)
+                   for i, k in enumerate(keys))  # fmt: skip
+        odd = [str(out / f"{k}.o") for k in keys[1::2]]
+        assert sorted(here) == sorted(odd if case == "helped" else [d["obj"] for _, d in items])
+        assert ((out / f"{keys[0]}.o").stat().st_nlink > 1) == hard_link  # the helper's
 
 
 def test_hard_links_are_forked_for_only_in_larger_numbers(tmp_path: Path) -> None:

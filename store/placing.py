@@ -1,0 +1,64 @@
+"""Placing stored blobs at a link's outputs, in this process or in one that helps it.
+
+:meth:`store.Store.materialize_many` plans the outputs (digest, size, destination and the
+stage to copy through); :func:`place` carries a share of them out with the store's
+:class:`Blobs`. A helper (a worker forked earlier in the link that waits for an order, see
+``store.forked.start``'s ``then``) takes its share as an order, :func:`place_order`, and
+builds the same ``Blobs`` from the store's root: it cannot use this process's objects.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import time
+
+from .blobs import Blobs
+from .fsutil import Modes
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any, Protocol
+
+    #: (digest, size, destination, stage or None)
+    Plan = tuple[str, int, str, str | None]
+
+    class Helper(Protocol):
+        """A process that carries out one order (store.forked.Worker)."""
+
+        def order(self, value: Any) -> bool: ...
+        def answer(self) -> Any: ...
+
+
+def place(blobs: Blobs, hard_link: bool, plans: Sequence[Plan]) -> list[Any]:
+    """Each plan's [outcome, seconds]: an Outcome, or [errno, strerror, filename] for an
+    OSError (told to the caller, which reports it)."""
+    done: list[Any] = []
+    unstaged: set[str] = set()  # output directories the stage turned out not to reach
+    for digest, size, dest, stage in plans:
+        started = time.monotonic()
+        here = stage
+        if here is not None and unstaged:
+            here = None if (os.path.dirname(dest) or ".") in unstaged else here
+        try:
+            try:
+                outcome: Any = blobs.copy_out(digest, size, dest, hard_link, here)
+            except OSError as e:
+                if here is None or e.errno != errno.EXDEV:
+                    raise
+                # Same file system, another mount (a bind mount): copy beside it.
+                unstaged.add(os.path.dirname(dest) or ".")
+                outcome = blobs.copy_out(digest, size, dest, hard_link)
+        except OSError as e:
+            outcome = [e.errno, e.strerror, e.filename]
+        done.append([outcome, time.monotonic() - started])
+    return done
+
+
+def place_order(order: Any) -> list[Any]:
+    """:func:`place` for a helper: ``order`` is (store root, group-shared, hard_link, plans)."""
+    root, group_shared, hard_link, plans = order
+    return place(Blobs(str(root), Modes(bool(group_shared))), bool(hard_link),
+                 [(str(d), int(s), str(p), None if t is None else str(t))
+                  for d, s, p, t in plans])  # fmt: skip
