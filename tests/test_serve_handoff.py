@@ -164,3 +164,52 @@ def test_decoded_shard_digests_wait_for_share_held(
     at_once = SharedMemo()  # a process of its own shares them as soon as they are decoded
     ShardKeys(LocalMemo(), 1, at_once).prepare(jf.jobs, Digests())  # type: ignore[arg-type]
     assert at_once.shared == shared.shared
+
+
+def test_a_link_handed_back_gives_the_early_worker_no_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The early worker places outputs only on an order, and the order comes only after the
+    commit: a link handed back (here every job but one is cached) has it place nothing."""
+    from cached_dist.jobfile import JobFile
+    from cached_dist.keys import shard_key, toolchain
+    from cached_dist.keys.compute import compute_keys
+    from cached_dist.keys.key import KEY_FORMAT
+    from cached_dist.link.cached import output_roles, run_cached
+    from cached_dist.log import Log
+    from cached_dist.options import Options
+    from store import Store
+    from store.placing import place_order
+
+    from .test_shard_keys import DictMemo, examined, write_link
+
+    monkeypatch.chdir(tmp_path)
+    jobs = write_link(tmp_path, 2 * shard_key.PARALLEL_MIN_JOBS_NATIVE)
+    jf = JobFile(str(tmp_path / "app.json"), "lld", "app", None, ("/bin/true", "-c"), (),
+                 tuple(jobs))  # fmt: skip
+    store = Store(tmp_path / "cache")
+    keyed = compute_keys(jf, toolchain.NoMemo(), shard_key.ShardKeys(DictMemo(), 1))
+    for k in keyed[1:]:  # all but one: not a full hit
+        assert k.key is not None
+        Path(k.job.outputs[0]).write_bytes(b"object %d" % k.job.index)
+        store.put(k.key, output_roles(k.job), duration=0.1, toolchain=k.toolchain,
+                  key_version=KEY_FORMAT, meta={})  # fmt: skip
+        os.unlink(k.job.outputs[0])
+    assert store.lookup([k.key for k in keyed if k.key]).keys() == {k.key for k in keyed[1:]}
+    early = shard_key.start_early(jobs, 2, place_order)
+    assert early is not None
+    orders: list[object] = []
+
+    def order(value: object) -> bool:
+        orders.append(value)
+        return False
+
+    monkeypatch.setattr(early.worker, "order", order)
+    options = Options(jobs=2, cache_dir=str(tmp_path / "cache"))
+    try:
+        with streams(), pytest.raises(FallBack):
+            run_cached(jf, options, Log(), examined(jobs), Refused(), early)  # type: ignore[arg-type]
+    finally:
+        early.cancel()
+    assert orders == []
+    assert not any(Path(j.outputs[0]).exists() for j in jobs)
