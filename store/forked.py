@@ -18,6 +18,8 @@ from __future__ import annotations
 import contextlib
 import os
 
+from .fsutil import write_all
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -266,9 +268,7 @@ _PIPE_SIZE = 1 << 20
 
 
 def _write_message(fd: int, body: bytes) -> None:
-    view = memoryview(len(body).to_bytes(_LENGTH, "little") + body)
-    while view:
-        view = view[os.write(fd, view) :]
+    write_all(fd, len(body).to_bytes(_LENGTH, "little") + body)
 
 
 def _read_message(fd: int) -> bytes | None:

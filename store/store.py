@@ -239,9 +239,10 @@ class Store:
         hard_link = self.hard_link
         stage, staged = self._stage(plans) if plans and not hard_link else (None, set())
         rows: list[Plan] = [
-            (digest, size, dest, stage if (os.path.dirname(dest) or ".") in staged else None)
+            (digest, size, dest,
+             stage if stage is not None and (os.path.dirname(dest) or ".") in staged else None)
             for _, digest, size, dest in plans
-        ]
+        ]  # fmt: skip
         blobs = self._blobs
 
         def work(share: Sequence[int]) -> list[Any]:

@@ -182,7 +182,9 @@ class ShardKeys:
         asked: list[Task] = []
         if self.early is not None:
             self.early.modules(digests)  # none of them read here, then
-        members = self.early.members if self.early is not None else _members(_named(jobs))
+            members = self.early.members
+        else:
+            members = _members(_named(jobs))
         for job in jobs:
             if job.shard is None:
                 self.digests[job.index] = "none"
@@ -327,7 +329,8 @@ class Early:
                 if same.issuperset((job.shard, job.module, *job.imports))}  # fmt: skip
 
     def cancel(self) -> None:
-        """Stops the worker if its results were not taken (the link went another way)."""
+        """Stops the worker if its results were not taken (the link went another way) or it
+        is placing outputs nobody waits for; else lets it end (it waits for an order)."""
         self.worker.cancel()
 
 
