@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     T = TypeVar("T")
 _ENTRY = "a:"
 _MEMO = "m:"
+_PACK = "p:"  # packs (store/pack.py): row files only, never in the database
 
 #: diskcache's mode for a value stored inline in its row (diskcache.core.MODE_RAW; a str of
 #: under min_file_size is kept so). Stable since diskcache 1.0; pyproject pins it below 6.
@@ -299,6 +300,16 @@ class Index:
             self._run(lambda c: c.delete(_ENTRY + key))
         finally:
             self.rows.drop(_ENTRY + key)
+
+    def get_pack(self, name: str) -> bytes | None:
+        """A pack's bytes from its row file (store/pack.py); None when there is none: the
+        database has no packs, so a missing one costs no sqlite."""
+        return self.rows.get_bytes(_PACK + name)
+
+    def set_pack(self, name: str, data: bytes) -> None:
+        """Writes a pack's row file (OSError to the caller). The next maintenance pass
+        removes it with the other row files the database lacks."""
+        self.rows.put_bytes(_PACK + name, data)
 
     def get_memo(self, namespace: str, key: str) -> Any:
         return self._read(f"{_MEMO}{namespace}:{key}")

@@ -42,7 +42,11 @@ def _header(full_key: str) -> bytes:
 
 
 def _encoded(full_key: str, value: str) -> bytes:
-    body = _header(full_key) + value.encode(_ENCODING, _ERRORS)
+    return _framed(full_key, value.encode(_ENCODING, _ERRORS))
+
+
+def _framed(full_key: str, value: bytes) -> bytes:
+    body = _header(full_key) + value
     return b"%016x\n" % xxhash.xxh3_64_intdigest(body) + body
 
 
@@ -68,6 +72,16 @@ class Rows:
 
     def get(self, full_key: str) -> str | None:
         """The row's value, or None when there is no file or it holds something else."""
+        value = self.get_bytes(full_key)
+        if value is None:
+            return None
+        try:
+            return value.decode(_ENCODING, _ERRORS)
+        except UnicodeDecodeError:
+            return None
+
+    def get_bytes(self, full_key: str) -> bytes | None:
+        """:meth:`get` for a row put with :meth:`put_bytes`: its value as it was given."""
         data = read_nonblocking(self.path(full_key))
         if data is None:
             return None
@@ -75,10 +89,7 @@ class Rows:
         header = _header(full_key)
         if body is None or not body.startswith(header):
             return None
-        try:
-            return body[len(header) :].decode(_ENCODING, _ERRORS)
-        except UnicodeDecodeError:
-            return None
+        return body[len(header) :]
 
     def get_many(self, full_keys: Sequence[str]) -> dict[str, str]:
         """The rows found, by key."""
@@ -90,9 +101,16 @@ class Rows:
         return found
 
     def put(self, full_key: str, value: str) -> None:
+        self._write(full_key, _encoded(full_key, value))
+
+    def put_bytes(self, full_key: str, value: bytes) -> None:
+        """A row whose value is bytes (read back with :meth:`get_bytes`)."""
+        self._write(full_key, _framed(full_key, value))
+
+    def _write(self, full_key: str, data: bytes) -> None:
         final = self.path(full_key)
         with TempFile(self.tmp, self._modes, "row") as (fd, tmp):
-            write_all(fd, _encoded(full_key, value))
+            write_all(fd, data)
         rename_into(tmp, final, self._modes)
 
     def put_many(self, items: Iterable[tuple[str, str]]) -> None:

@@ -106,6 +106,9 @@ class Store:
         self._stats_db: Stats | None = None
         self._stats_failed = False
         self._index: Index | None = None
+        # Packs read (store/pack.py): name -> (its raw manifests, the keys it answered).
+        self._packs: dict[str, tuple[dict[str, Any], set[str]]] = {}
+        self._from_pack: dict[str, Manifest] = {}  # what packs answered, by key
         try:
             self._modes.makedirs(self.root)
             self._index = Index(self.root, self._modes, self.max_size, self._index_damaged)
@@ -184,23 +187,66 @@ class Store:
             self._fail("cannot read the cache index", error)
             return None
 
-    def lookup(self, keys: Sequence[str]) -> dict[str, Manifest]:
+    def lookup(self, keys: Sequence[str], pack: str | None = None) -> dict[str, Manifest]:
         """The manifests stored for ``keys`` (the found ones), in one pass over the index: a
         link's first look at its keys (in one batch, or a few as they are computed). Blobs
         are not checked here as in get(): materialize() finds an evicted one, and drops its
-        entry then."""
+        entry then. ``pack``: a name the caller gives every link of one target, whose pack
+        (store/pack.py, written by keep_pack) answers first, read once per Store."""
         index = self._index
         if index is None:
             return {}
         found: dict[str, Manifest] = {}
         try:
-            for key, raw in index.get_entries([k for k in keys if valid_key(k)]).items():
+            keys = [k for k in keys if valid_key(k)]
+            if pack is not None:
+                keys = self._unpack(index, pack, keys, found)
+            for key, raw in index.get_entries(keys).items():
                 manifest = self._decoded(index, key, raw)
                 if manifest is not None:
                     found[key] = manifest
         except Exception as error:
             self._fail("cannot read the cache index", error)
         return found
+
+    def _unpack(
+        self, index: Index, name: str, keys: Sequence[str], found: dict[str, Manifest]
+    ) -> list[str]:
+        """Puts into ``found`` what pack ``name`` holds of ``keys``; returns the others."""
+        held = self._packs.get(name)
+        if held is None:
+            from .pack import FORMAT, decode
+
+            data = index.get_pack(f"{FORMAT}:{name}")
+            held = self._packs[name] = (decode(data) if data is not None else {}, set())
+        from .pack import manifest
+
+        raw, answered = held
+        rest: list[str] = []
+        for key in keys:
+            found_here = manifest(key, raw[key]) if key in raw else None
+            if found_here is None:
+                rest.append(key)
+            else:
+                found[key] = self._from_pack[key] = found_here
+                answered.add(key)
+        return rest
+
+    def keep_pack(self, name: str, manifests: Sequence[Manifest]) -> None:
+        """Writes pack ``name`` (see lookup): the manifests a link placed from here, unless
+        lookup() took exactly those from it. Best effort: a pack only spares reads."""
+        index = self._index
+        if index is None:
+            return
+        raw, answered = self._packs.get(name, ({}, set()))
+        if len(raw) == len(answered) and answered == {m.key for m in manifests}:
+            return  # as it is (every key it holds was asked for and placed)
+        from .pack import FORMAT, encode
+
+        try:
+            index.set_pack(f"{FORMAT}:{name}", encode(manifests))
+        except (OSError, ValueError):
+            pass  # a read-only or full cache, or metadata marshal cannot carry: no pack
 
     def _decoded(self, index: Index, key: str, raw: object) -> Manifest | None:
         """The manifest in an index row; None for a damaged one, which is dropped and counted."""
@@ -287,7 +333,7 @@ class Store:
             if isinstance(outcome, list):
                 self._fail("cannot copy a cached output", OSError(*outcome))
                 continue
-            self._drop(items[n][0].key)
+            self._drop_placed(items[n][0])
             if outcome == Outcome.CORRUPT:
                 self._problems.report(
                     "corrupt-blob", f"blob {digest} was damaged; removed it (a miss)"
@@ -331,6 +377,20 @@ class Store:
         """Forget the entry for `key` (its blobs go when nothing else refers to them)."""
         if self._index is not None and valid_key(key):
             self._drop(key)
+
+    def _drop_placed(self, manifest: Manifest) -> None:
+        """Drops the entry of a manifest whose blob was missing or damaged; one a pack gave
+        only while its row still says the same (a row stored since is another's to judge)."""
+        key = manifest.key
+        if self._from_pack.get(key) is manifest:
+            index = self._index
+            try:
+                raw = index.get_entry(key) if index is not None else None
+            except Exception:
+                raw = None
+            if raw is None or Manifest.decode(key, raw) != manifest:
+                return
+        self._drop(key)
 
     def _drop(self, key: str) -> None:
         index = self._index

@@ -271,3 +271,32 @@ def test_full_disk_warns_once_and_links(tmp_path: Path) -> None:
         assert project.run_program() == project.expected_output
     finally:
         umount(mount)
+
+
+def test_a_targets_pack_heals_after_a_lost_and_a_damaged_blob(tmp_path: Path) -> None:
+    """A full hit takes its manifests from the pack the link before it left (store/pack.py);
+    one whose blob is gone or damaged is a miss like any other, and the pack is written
+    again: the next link is a full hit."""
+    from store import Store
+    from store.rows import Rows
+
+    project = build("shapes", tmp_path / "p", "regular")
+    wrapper, counter = counting_compiler(tmp_path)
+    cache = tmp_path / "cache"
+    cached_link(project, cache, wrapper)
+    cached_link(project, cache, wrapper)  # a full hit, which leaves the pack
+    rows = Rows(str(cache), Store(cache)._modes)
+    assert [k for _, k in rows.files() if k is not None and k.startswith("p:")] != []
+    blobs = sorted(p for p in (cache / "blobs").rglob("*") if p.is_file())
+    assert len(blobs) == 4
+    blobs[0].unlink()
+    blobs[1].write_bytes(b"rot" + blobs[1].read_bytes()[3:])
+    done = cached_link(project, cache, wrapper)
+    assert "4 jobs: 2 hits, 2 compiled" in done.stderr and compilations(counter) == 6
+    uncached = project.link("plain", distributor_args=["--disable"])
+    assert uncached.returncode == 0, uncached.stderr
+    assert (project.dir / "plain").read_bytes() == (project.dir / "app").read_bytes()
+    assert project.run_program() == project.expected_output
+    done = cached_link(project, cache, wrapper)
+    assert "4 jobs: 4 hits, 0 compiled" in done.stderr and compilations(counter) == 6
+    assert (project.dir / "plain").read_bytes() == (project.dir / "app").read_bytes()

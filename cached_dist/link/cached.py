@@ -93,6 +93,10 @@ class CachedLink:
         self.counters: dict[str, int] = {}  # extra statistics: shards, verification
         self.found: dict[str, Manifest] = {}  # what look_up() found
         self.asked: set[str] = set()  # the keys it looked up
+        # The manifests of the link's target read in one go (store/pack.py), and kept for the
+        # next link of it: every output placed from the local store (account()).
+        self.pack = f"{os.getcwd()}\0{job_file.linker_output}" if job_file.linker_output else None
+        self.placed: list[Manifest] = []
 
     def serve(self, k: Keyed, how: str = "local cache") -> bool:
         """Copies a stored result to the job's outputs; False is a miss."""
@@ -111,7 +115,7 @@ class CachedLink:
         """Looks up a batch of keys (one pass over the index) for :meth:`serve_all`."""
         keys = [k.key for k in keyed if k.key is not None]
         self.asked.update(keys)
-        self.found.update(self.store.lookup(keys))
+        self.found.update(self.store.lookup(keys, self.pack))
 
     def serve_all(self, keyed: list[Keyed]) -> list[Keyed]:
         """The link's first pass: every key looked up (most as they were computed, see
@@ -140,6 +144,7 @@ class CachedLink:
     def account(self, k: Keyed, manifest: Manifest, how: str, took: float) -> None:
         """Counts a hit placed from the local store, and says so with --verbose."""
         self.summary.hits += 1
+        self.placed.append(manifest)
         printed = manifest.meta.get("diagnostics")
         if printed and isinstance(printed, str):  # what the compile printed, as it printed it
             self.log.passthrough(os.path.basename(k.job.module), printed)
@@ -403,5 +408,7 @@ def run_cached(
                 hits=link.summary.hits, misses=link.summary.compiled,
                 time_saved=link.time_saved, bytes_served=link.bytes_served, **counters,
             )  # fmt: skip
+            if link.pack is not None:
+                store.keep_pack(link.pack, link.placed)
             writes.flush()
     return link.summary

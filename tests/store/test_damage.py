@@ -212,6 +212,9 @@ def test_read_only_cache_directory(tmpfs: Path, tmp_path: Path) -> None:
         and (tmp_path / "o").read_bytes() == b"x" * 1000
     )
     assert not put(s, tmp_path, "aa02", b"y")
+    found = s.lookup(["aa01"], "target")
+    s.keep_pack("target", list(found.values()))  # no pack, and nothing said of it
+    assert not [p for p in (tmpfs / "c" / "tmp").iterdir()]
     c = s.claim("aa03", wait=0.5)
     assert not c.acquired
     c.release()
