@@ -8,7 +8,7 @@ import pytest
 
 from cached_dist import jobfile
 from cached_dist.jobfile import JobFile
-from cached_dist.keys import toolchain
+from cached_dist.keys import key, toolchain
 from cached_dist.keys.digests import Digests
 from cached_dist.keys.key import job_key
 
@@ -221,3 +221,111 @@ def test_the_recipe_spelled_out_for_every_job_of_a_link(
                       "extra", "common", d["prof.profdata"], "shard", "raw:" + d["s2.bc"]),
     ]  # fmt: skip
     assert [k.key for k in keyed] == expected
+
+
+# (how the job differs from LLD's usual one, whether lld_arguments may take the short way)
+SHAPES = [
+    ("as LLD writes it", True),
+    ("a shared argument names one of its paths", True),
+    ("the module is named -o", False),
+    ("the shard is named -o", False),
+    ("an import is named -o", False),
+    ("a common input is named -o", False),
+    ("a second output is named -o", False),
+    ("an import is named like the -fthinlto-index argument", False),
+    ("the output is also an import", False),
+    ("the output is also the module", False),
+    ("the shard is the module", False),
+    ("the output looks like a flag", False),
+    ("the module looks like a flag", False),
+    ("the shared arguments end in -mllvm", False),
+    ("the shared arguments end in -Xclang", False),
+    ("no shared arguments", False),
+    ("another argument", False),
+    ("the arguments in another order", False),
+]
+
+
+@pytest.mark.parametrize(("shape", "short"), SHAPES, ids=[s for s, _ in SHAPES])
+def test_lld_arguments_take_the_short_way_to_the_same_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shape: str, short: bool
+) -> None:
+    """The key of a job whose own arguments are LLD's skips the role lookups of each
+    (key.lld_arguments); it must be the key the lookups give, and the short way must be
+    refused wherever a path of the job could make them give something else."""
+    monkeypatch.chdir(tmp_path)
+    module, shard, imp, out = "m.o", "m.1.77.native.o.thinlto.bc", "i.o", "m.1.77.native.o"
+    common = ["clang", "-c", "-O2", "-fprofile-use=prof.profdata"]
+    common_inputs = ["prof.profdata"]
+    imports = [imp, "j.o"]
+    outputs = [out]
+    index = f"-fthinlto-index={shard}"
+    if shape == "a shared argument names one of its paths":
+        common.append(imp)
+    elif shape == "the module is named -o":
+        module = "-o"
+    elif shape == "the shard is named -o":
+        shard = "-o"
+        index = "-fthinlto-index=-o"
+    elif shape == "an import is named -o":
+        imports.append("-o")
+    elif shape == "a common input is named -o":
+        common_inputs.append("-o")
+    elif shape == "a second output is named -o":
+        outputs.append("-o")
+    elif shape == "an import is named like the -fthinlto-index argument":
+        imports.append(index)
+    elif shape == "the output is also an import":
+        out = imp
+        outputs = [out]
+    elif shape == "the output is also the module":
+        out = module
+        outputs = [out]
+    elif shape == "the shard is the module":
+        shard = module
+        index = f"-fthinlto-index={shard}"
+    elif shape == "the output looks like a flag":
+        out = "-MD"
+        outputs = [out]
+    elif shape == "the module looks like a flag":
+        module = "-MD"
+    elif shape == "the shared arguments end in -mllvm":
+        common.append("-mllvm")
+    elif shape == "the shared arguments end in -Xclang":
+        common.append("-Xclang")
+    args = [module, index, "-o", out]
+    if shape == "no shared arguments":
+        args = [*common, *args]
+        common = []
+    elif shape == "another argument":
+        args.append("-g")
+    elif shape == "the arguments in another order":
+        args = [index, module, "-o", out]
+    for name in {module, shard, *imports, *common_inputs}:
+        write(tmp_path, name, f"content of {name}")
+    doc = {"common": {"linker_output": "app", "args": common, "inputs": common_inputs},
+           "jobs": [{"args": args, "inputs": [module, shard, *imports],
+                     "outputs": outputs}]}  # fmt: skip
+    jf = jobfile.parse(doc, str(tmp_path / "app.dist-file.json"))
+    job = jf.jobs[0]
+
+    def the_key() -> str:
+        try:
+            return key.job_key(jf, job, Digests(), "tool")
+        except key.NotCacheableError as e:
+            return f"not cacheable: {e}"
+
+    taken: list[bool] = []
+    real = key.lld_arguments
+
+    def counted(jf: JobFile, job: Any) -> bool:
+        taken.append(real(jf, job))
+        return taken[-1]
+
+    monkeypatch.setattr(key, "lld_arguments", counted)
+    fast = the_key()
+    monkeypatch.setattr(key, "lld_arguments", lambda *a: False)
+    assert fast == the_key()
+    # Shared arguments that end in a flag taking the job's first argument as its value, or
+    # none at all: the recipe never asks.
+    assert taken == ([short] if common and common[-1] not in ("-mllvm", "-Xclang") else [])
