@@ -370,3 +370,25 @@ def test_own_paths_looked_up_by_the_decoder_give_the_digests_module_digest_gives
     asked = prepared(jobs, 1)
     assert shortcut.digests == asked.digests and len(asked.digests) == 40
     assert all(d.startswith("canon:") for d in asked.digests.values())
+
+
+def test_a_job_that_only_imports_members_counts_as_naming_them(in_dir: Path) -> None:
+    """main.o is not a member, but its shard names the members it imports by their per-link
+    names: it is decoded on every link like theirs (never memoized: its memo key could not
+    come again) and may go to the early worker."""
+    count = 2 * shard_key.PARALLEL_MIN_JOBS_NATIVE + 22
+    jobs = write_link(in_dir, count)
+    ids = {1: G_MAIN, 2: G_FOO, 3: G_GV}
+    (in_dir / "main.o").write_bytes(b"main")
+    (in_dir / "main.thinlto.bc").write_bytes(
+        make_shard([(0, "main.o"), (1, member(0))], ids, [(6, [3, 1, 96, 1])])
+    )
+    jobs.append(Job(count, (), "main.o", "main.thinlto.bc", (member(0),), (), ("main.n.o",)))
+    memo = DictMemo()
+    keys = prepared(jobs, parallel=1, memo=memo)
+    assert keys.decoded == count + 1 and memo.data == {}
+    early = shard_key.start_early(jobs, 2)
+    assert early is not None
+    assert len(early.share) == sum(1 for i in range(count + 1) if i % 3 < 2)
+    assert shard_key._named(jobs) == {j.module for j in jobs}
+    early.cancel()

@@ -189,7 +189,7 @@ class ShardKeys:
             if job.shard is None:
                 self.digests[job.index] = "none"
                 continue
-            if members and not members.isdisjoint((job.module, *job.imports)):
+            if members and _names_any(members, job):
                 # The memo key holds this link's member names: it could never hit again. Its
                 # shard is read where it is decoded (perhaps in a worker).
                 todo.append((job.index, "", None, job))
@@ -326,7 +326,8 @@ class Early:
             return {}
         same = (self.same - found[1]) | found[0]  # as last read
         return {job.index: result for job, result in zip(self.share, done, strict=True)
-                if same.issuperset((job.shard, job.module, *job.imports))}  # fmt: skip
+                if job.shard in same and job.module in same
+                and same.issuperset(job.imports)}  # fmt: skip
 
     def cancel(self) -> None:
         """Stops the worker if its results were not taken (the link went another way) or it
@@ -354,9 +355,7 @@ def start_early(
     members = _members(named)
     if not members:
         return None
-    picked = [
-        j for j in jobs if j.shard is not None and not members.isdisjoint((j.module, *j.imports))
-    ]
+    picked = [j for j in jobs if j.shard is not None and _names_any(members, j)]
     if len(picked) < 2 * PARALLEL_MIN_JOBS_NATIVE:
         return None
     share = [job for i, job in enumerate(picked) if i % 3 < 2]
@@ -391,7 +390,17 @@ def start_early(
 
 def _named(jobs: Sequence[Job]) -> set[str]:
     """Every module the jobs name, once: each job names the modules it imports again."""
-    return {m for j in jobs for m in (j.module, *j.imports)}
+    named: set[str] = set()
+    for job in jobs:  # set methods, not a tuple a job: ~0.1 ms less for 301 jobs
+        named.add(job.module)
+        named.update(job.imports)
+    return named
+
+
+def _names_any(paths: set[str], job: Job) -> bool:
+    """Whether the job's module or one of its imports is in ``paths`` (the module first:
+    most jobs of a regular archive are one of its members)."""
+    return job.module in paths or not paths.isdisjoint(job.imports)
 
 
 def _members(named: set[str]) -> set[str]:
