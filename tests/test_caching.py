@@ -51,7 +51,7 @@ def test_a_bug_in_keying_does_not_fail_the_link(
     def broken(*args: object, **kwargs: object) -> str:
         raise ValueError("a bug")
 
-    monkeypatch.setattr(Recipe, "key", broken)
+    monkeypatch.setattr(Recipe, "prefix", broken)
     summary = caching.run_cached(jf, Options(jobs=2, cache_dir=str(tmp_path / "c")), Log())
     assert (summary.hits, summary.compiled) == (0, 3)
     assert "cannot compute keys (ValueError: a bug); linking without it" in capsys.readouterr().err

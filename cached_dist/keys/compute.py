@@ -15,6 +15,8 @@ if TYPE_CHECKING:
     from .shard_key import ShardKeys
     from .toolchain import Memo
 
+    Begun = tuple[Job, str | None, bytes | None, str]  # job, identity, key prefix, reason
+
 
 class Keyed:
     """A job and its key; ``key`` None means it cannot be cached (and why, in ``reason``)."""
@@ -49,8 +51,10 @@ def compute_keys(
     why_not: dict[str, str] = {}
     shared = job_file.common_args
 
-    def key_each(jobs: Sequence[Job]) -> list[Keyed]:
-        keyed = []
+    def begin_each(jobs: Sequence[Job]) -> list[Begun]:
+        """Each job's toolchain identity and key prefix (Recipe.prefix: all of its key but
+        the shard's digest), or why it has none."""
+        begun: list[Begun] = []
         for job in jobs:
             compiler = shared[0] if shared else job_file.command(job)[0]
             if compiler not in identities:
@@ -66,24 +70,38 @@ def compute_keys(
                     if warn is not None:
                         warn(f"{why_not[compiler]}; not caching jobs compiled by {compiler}")
             ident = identities[compiler]
-            key = None
+            prefix = None
             reason = why_not.get(compiler, "no compiler") if ident is None else ""
             if ident is not None:
                 try:
-                    key = recipe.key(job, ident, shard_keys)
+                    prefix = recipe.prefix(job, ident)
                 except (OSError, NotCacheableError) as e:
                     reason = str(e)  # said once, on the job's "miss" line
+            begun.append((job, ident, prefix, reason))
+        return begun
+
+    def finish_each(begun: list[Begun]) -> list[Keyed]:
+        """The keys of begun jobs, now that their shards' digests are in."""
+        keyed = []
+        for job, ident, prefix, reason in begun:
+            key = None
+            if prefix is not None:
+                try:
+                    key = recipe.finish(prefix, shard_keys(job, digests))
+                except OSError as e:
+                    reason = str(e)
             keyed.append(Keyed(job, key, ident or "", reason))
         if on_keyed is not None:
             on_keyed(keyed)
         return keyed
 
     if not later:
-        return key_each(job_file.jobs)
+        return finish_each(begin_each(job_file.jobs))
     waiting = {job.index for job in later}
-    first = key_each([job for job in job_file.jobs if job.index not in waiting])
+    first = finish_each(begin_each([job for job in job_file.jobs if job.index not in waiting]))
+    begun = begin_each(later)  # all but their shards' digests, while the worker decodes those
     shard_keys.finish(digests)
-    rest = key_each(later)
+    rest = finish_each(begun)
     return sorted(first + rest, key=_job_index)
 
 

@@ -100,6 +100,16 @@ class Recipe:
 
     def key(self, job: Job, toolchain: str, shard_digest: ShardDigest = raw_shard_digest) -> str:
         """:func:`job_key` of ``job``."""
+        return self.finish(self.prefix(job, toolchain), shard_digest(job, self.digests))
+
+    @staticmethod
+    def finish(prefix: bytes, shard: str) -> str:
+        """The key of :meth:`prefix` and the shard's digest, the last ingredient."""
+        return xxhash.xxh3_128_hexdigest(prefix + shard.encode("utf-8", "surrogateescape"))
+
+    def prefix(self, job: Job, toolchain: str) -> bytes:
+        """What the key hashes but the shard's digest, which may come later (from a worker
+        decoding the shard); raises as :meth:`key` does."""
         job_file, digests = self.job_file, self.digests
         lld = self.lld and lld_arguments(job_file, job)
         if lld:
@@ -133,8 +143,8 @@ class Recipe:
         parts += digests.of_each(job.extra_inputs)
         parts.append("common")
         parts += digests.of_each(job_file.common_inputs)
-        parts += ["shard", shard_digest(job, digests)]
-        return xxhash.xxh3_128_hexdigest("\0".join(parts).encode("utf-8", "surrogateescape"))
+        parts += ["shard", ""]  # the shard's digest goes after this separator
+        return "\0".join(parts).encode("utf-8", "surrogateescape")
 
 
 #: What _arg_parts gives for the arguments LLD writes for every job (lld_arguments).
