@@ -98,6 +98,9 @@ CASES: dict[str, tuple[Setup, list[str], str]] = {
     "output is an input by another spelling": (
         lambda d: [job("a.o", "./sub/../b.thinlto.bc"), job("b.o", "b.native.o")], [],
         "output ./sub/../b.thinlto.bc is also an input"),
+    "output is an input spelled another way in the job file": (
+        lambda d: [job("a.o", "a.native.o", imports=("./lib.o",)), job("b.o", "lib.o")],
+        [], "output lib.o is also an input (job 1, module b.o)"),
     "output is an input through a symlink": (
         lambda d: [job("a.o", symlink(d / "alias.o", "lib.o"), imports=("lib.o",))], [],
         "output alias.o is also an input, by another name (job 0, module a.o)"),

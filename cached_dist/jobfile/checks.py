@@ -99,7 +99,9 @@ def _check_inputs(job_file: JobFile, examined: dict[str, os.stat_result]) -> set
             if problem is not None:
                 raise InputError(_input_message(path, problem, _where(job)))
             names.add(path)
-    names.update([os.path.normpath(p) for p in names])
+    # A path without a separator (a non-empty one) is its own normal form: on a large link
+    # of archive members, nearly every path (~0.4 ms for 900 of them).
+    names.update([os.path.normpath(p) for p in names if "/" in p])
     return names
 
 
@@ -114,7 +116,7 @@ def _check_outputs(job_file: JobFile, input_names: set[str], outputs: _Outputs) 
     common_dash_o = "-o" in job_file.common_args  # the design schema's template may end so
     for job in job_file.jobs:
         for path in job.outputs:
-            if path in input_names or os.path.normpath(path) in input_names:
+            if path in input_names or ("/" in path and os.path.normpath(path) in input_names):
                 raise InputError(f"output {path} is also an input ({_where(job)}): "
                                  "refusing to overwrite it")  # fmt: skip
             head, sep, name = path.rpartition("/")  # os.path.split, minus its cost per job
