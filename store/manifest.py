@@ -6,6 +6,7 @@ from .jsonload import loads
 
 TYPE_CHECKING = False  # typing and dataclasses cost ~15 ms to import; the hot path avoids them
 if TYPE_CHECKING:
+    from collections.abc import Iterable
     from typing import Any
 
 #: Version of the manifest encoding; an entry with another version reads as a miss.
@@ -91,14 +92,25 @@ class Manifest:
         if not isinstance(body, dict) or body.get("v") != FORMAT:
             return None
         raw_outputs, meta = body.get("outputs"), body.get("meta")
-        if not isinstance(raw_outputs, dict) or not isinstance(meta, dict) or not raw_outputs:
+        if not isinstance(raw_outputs, dict):
+            return None
+        if not all(isinstance(ref, list) and len(ref) == 2 for ref in raw_outputs.values()):
+            return None
+        return cls.of_parts(key, ((role, *ref) for role, ref in raw_outputs.items()), meta)
+
+    @classmethod
+    def of_parts(cls, key: str, refs: Iterable[Any], meta: object) -> Manifest | None:
+        """The manifest of outputs given as (role, digest, size) and its metadata; None
+        unless there is one output at least, each with a str role, a digest and a size of 0
+        or more, and ``meta`` is a dict. Items that are not triples raise (ValueError,
+        TypeError): a row (decode) and a pack (store/pack.py) are checked alike."""
+        if not isinstance(meta, dict):
             return None
         outputs: dict[str, tuple[str, int]] = {}
-        for role, ref in raw_outputs.items():
-            if not (isinstance(ref, list) and len(ref) == 2):
+        for role, digest, size in refs:
+            if type(role) is not str or not valid_digest(digest) or type(size) is not int:
                 return None
-            digest, size = ref
-            if not valid_digest(digest) or type(size) is not int or size < 0:
+            if size < 0:
                 return None
             outputs[role] = (digest.lower(), size)
-        return cls(key, outputs, meta)
+        return cls(key, outputs, meta) if outputs else None

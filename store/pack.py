@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import marshal
 
-from .manifest import Manifest, valid_digest
+from .manifest import Manifest
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -48,19 +48,10 @@ def decode(data: bytes) -> dict[str, Any]:
 
 
 def manifest(key: str, raw: Any) -> Manifest | None:
-    """The manifest of ``key`` in a decoded pack; None unless it is one, as Manifest.decode
-    checks a row: at least one output, each a (role, digest, size)."""
+    """The manifest of ``key`` in a decoded pack; None unless it is one, checked as a row
+    is (Manifest.of_parts)."""
     try:
         outs, meta = raw
-        outputs: dict[str, tuple[str, int]] = {}
-        for role, digest, size in outs:
-            if type(role) is not str or not valid_digest(digest) or type(size) is not int:
-                return None
-            if size < 0:
-                return None
-            outputs[role] = (digest.lower(), size)
+        return Manifest.of_parts(key, outs, meta)
     except (TypeError, ValueError):
         return None
-    if not outputs or type(meta) is not dict:
-        return None
-    return Manifest(key, outputs, meta)
