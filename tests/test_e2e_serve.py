@@ -57,6 +57,24 @@ class Server:
     def served(self) -> int:
         return self.text().count(": served ")
 
+    def children(self) -> list[int]:
+        """The server's children now: its spare, and children still serving links."""
+        pid = self.proc.pid
+        try:
+            text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+        except OSError:
+            return []
+        return [int(p) for p in text.split()]
+
+    def spare(self) -> int:
+        """The one child waiting for the next link, once the last link's child has ended
+        and the server has forked it."""
+        deadline = time.monotonic() + 10
+        while len(self.children()) != 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        (pid,) = self.children()
+        return pid
+
     def handed_back(self) -> list[str]:
         return [line for line in self.text().splitlines() if ": handed back " in line]
 
@@ -148,23 +166,91 @@ def test_no_server_the_client_runs_cached_dist(tmp_path: Path) -> None:
 def test_a_stopped_server_costs_a_bounded_wait_and_never_a_double_link(
     tmp_path: Path, server: Server
 ) -> None:
+    """A stuck server (stopped, its waiting spare too): the client gives up on it in bounded
+    time and links by itself; the spare, once it runs again, finds that client gone."""
     project, cache = cached_shapes(tmp_path, server)
-    server.proc.send_signal(signal.SIGSTOP)
+    stopped = [server.proc.pid, server.spare()]
+    for pid in stopped:
+        os.kill(pid, signal.SIGSTOP)
     try:
         started = time.monotonic()
         done = link(project, server, cache, "app2")
         took = time.monotonic() - started
     finally:
-        server.proc.send_signal(signal.SIGCONT)
+        for pid in stopped:
+            os.kill(pid, signal.SIGCONT)
     assert done.returncode == 0, done.stderr
     assert "4 jobs: 4 hits" in done.stderr and took < 20
-    deadline = time.monotonic() + 10  # the server now forks a child for the queued request
+    deadline = time.monotonic() + 10  # the spare now takes the queued request
     while "lost the client" not in server.text() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert "lost the client" in server.text()  # it found its client gone: wrote nothing
     assert server.served() == 0
     assert stats(cache)["hits"] == 4  # the link counted once
     assert project.run_program("app2") == project.expected_output
+
+
+def _gone(pid: int, within: float) -> bool:
+    """Whether process ``pid`` ends (or is a zombie) within ``within`` seconds."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return True
+        if state == "Z":
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_a_spare_serves_the_next_link_and_another_waits(tmp_path: Path, server: Server) -> None:
+    """The child waiting before a link is the one that serves it (it has forked already:
+    the link pays no fork); the server forks the next spare once that link is over."""
+    project, cache = cached_shapes(tmp_path, server)
+    spare = server.spare()
+    done = link(project, server, cache, "app2")
+    assert done.returncode == 0 and server.served() == 1
+    assert _gone(spare, 10)  # it served the link, and ended
+    assert server.spare() != spare  # the next one
+    assert project.run_program("app2") == project.expected_output
+
+
+def test_a_link_is_served_while_another_connection_holds_a_child(
+    tmp_path: Path, server: Server
+) -> None:
+    """A connection that sends nothing holds the child that took it for REQUEST_TIMEOUT (5
+    s); a link meanwhile gets a child of its own at once, not after that one ends (the
+    client would have given up on the server after 2 s, and linked by itself)."""
+    import socket
+
+    from cached_dist.serve.server import REQUEST_TIMEOUT
+
+    project, cache = cached_shapes(tmp_path, server)
+    spare = server.spare()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as silent:
+        silent.connect(str(server.socket))
+        started = time.monotonic()
+        done = link(project, server, cache, "app2")
+        took = time.monotonic() - started
+        assert not _gone(spare, 0.1)  # still waiting for the silent client's request
+    assert done.returncode == 0 and server.served() == 1, done.stderr
+    assert took < REQUEST_TIMEOUT - 1
+    assert project.run_program("app2") == project.expected_output
+
+
+def test_a_spare_never_outlives_its_server(tmp_path: Path) -> None:
+    """Stopped, the server ends its spare; killed, the spare finds it gone and ends within
+    ORPHAN_CHECK (it would otherwise hold the socket, and serve, with no server)."""
+    from cached_dist.serve.server import ORPHAN_CHECK
+
+    for how in (signal.SIGTERM, signal.SIGKILL):
+        (tmp_path / how.name).mkdir()
+        server = Server(tmp_path / how.name)
+        spare = server.spare()
+        server.proc.send_signal(how)
+        server.proc.wait(30)
+        assert _gone(spare, ORPHAN_CHECK + 5), how.name
 
 
 def test_a_killed_server_leaves_links_working(tmp_path: Path, server: Server) -> None:
