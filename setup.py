@@ -1,10 +1,11 @@
-"""Builds the optional native parts: the shard canonicalizer (cached_dist/bitcode/_shard.c)
-and the warm server's client (cached_dist/serve/client.c, an executable in the package).
+"""Builds the optional native parts: the shard canonicalizer (cached_dist/bitcode/_shard.c),
+the input reader (cached_dist/keys/_read.c) and the warm server's client
+(cached_dist/serve/client.c, an executable in the package).
 
-Everything else is declared in pyproject.toml. Both are optional: when they cannot be built
+Everything else is declared in pyproject.toml. All are optional: when they cannot be built
 (no C compiler or Python headers) the install still succeeds; cached-dist then uses the
-pure-Python reference decoder (``cached-dist stats`` and ``--verbose`` say so) and
-``cached-dist serve`` says the client is missing.
+pure-Python reference decoder (``cached-dist stats`` and ``--verbose`` say so) and reader,
+and ``cached-dist serve`` says the client is missing.
 """
 
 import os
@@ -46,7 +47,13 @@ setup(
             ["cached_dist/bitcode/_shard.c"],
             optional=True,
             extra_compile_args=["-O2", "-std=c99"],
-        )
+        ),
+        Extension(
+            "cached_dist.keys._read",
+            ["cached_dist/keys/_read.c"],
+            optional=True,
+            extra_compile_args=["-O2", "-std=gnu99", "-Wall"],
+        ),
     ],
     cmdclass={"build_ext": BuildWithClient},
 )
