@@ -52,7 +52,7 @@ HERE = Path(__file__).parent
 RESULTS = HERE / "results"
 LLVM_BIN = Path("/usr/lib/llvm-22/bin")
 PROGRAMS = ("lua-regular", "lua-thin", "gen-300", "gen-3000")
-PY_DECODER = "cached-dist, Python decoder"  # the extension hidden: the state before issue 14
+PY_DECODER = "cached-dist, Python decoder"  # the extensions hidden: the state before issue 14
 HARD_LINK = "cached-dist --hard-link"
 WARM, WARM_HARD_LINK = "warm server", "warm server --hard-link"
 CONFIGS = ("LLD cache", "cached-dist", HARD_LINK, WARM, WARM_HARD_LINK, "C floor", "Python floor",
@@ -129,6 +129,7 @@ def prepare(
     no_native = work / "cached-dist-python-decoder"
     no_native.write_text(f"#!{sys.executable}\nimport sys\n"
                          "sys.modules['cached_dist.bitcode._shard'] = None\n"
+                         "sys.modules['cached_dist.keys._read'] = None\n"
                          "from cached_dist.cli import run\nrun()\n")  # fmt: skip
     no_native.chmod(0o755)
 
