@@ -5,6 +5,7 @@ other link (misses, no server, a stuck server, another mount namespace, errors) 
 cached-dist itself, exactly as without a server.
 """
 
+import contextlib
 import os
 import shutil
 import signal
@@ -251,6 +252,52 @@ def test_a_spare_never_outlives_its_server(tmp_path: Path) -> None:
         server.proc.send_signal(how)
         server.proc.wait(30)
         assert _gone(spare, ORPHAN_CHECK + 5), how.name
+
+
+PIDS_CGROUPS = Path("/sys/fs/cgroup/pids")
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.access(PIDS_CGROUPS, os.W_OK),
+                    reason="needs root and the cgroup v1 pids controller")  # fmt: skip
+def test_a_server_that_cannot_fork_hands_links_back_and_recovers(
+    tmp_path: Path, server: Server
+) -> None:
+    """A real fork failure (a pids cgroup at its limit): the server warns, closes each
+    connection unserved (the client links by itself, at once rather than after its 2 s),
+    and serves again once it can fork."""
+    project, cache = cached_shapes(tmp_path, server)
+    spare = server.spare()
+    group = PIDS_CGROUPS / f"cached-dist-test-{os.getpid()}-{time.monotonic_ns()}"
+    group.mkdir()
+    try:
+        (group / "pids.max").write_text("1")  # no fork: the spare serves, no next spare
+        for pid in (server.proc.pid, spare):
+            (group / "cgroup.procs").write_text(str(pid))
+        done = link(project, server, cache, "app2")  # the spare serves it (no early worker)
+        assert done.returncode == 0 and server.served() == 1, done.stderr
+        deadline = time.monotonic() + 10
+        while "cannot fork a child for a link" not in server.text():
+            assert time.monotonic() < deadline, server.text()
+            time.sleep(0.05)
+        started = time.monotonic()
+        done = link(project, server, cache, "app3")
+        assert time.monotonic() - started < 1.5  # closed at once, not the client's 2 s
+        assert done.returncode == 0 and "4 jobs: 4 hits" in done.stderr
+        assert server.served() == 1  # linked by the client's own cached-dist
+        assert project.run_program("app3") == project.expected_output
+        assert server.text().count("cannot fork a child for a link") == 1  # once for the run
+        (group / "pids.max").write_text("max")
+        server.spare()  # forked again within FORK_RETRY, with no link to wake the server
+        done = link(project, server, cache, "app4")
+        assert done.returncode == 0 and server.served() == 2, done.stderr
+        assert project.run_program("app4") == project.expected_output
+    finally:
+        (group / "pids.max").write_text("max")
+        root = PIDS_CGROUPS / "cgroup.procs"
+        for member in (group / "cgroup.procs").read_text().split():
+            with contextlib.suppress(OSError):
+                root.write_text(member)
+        group.rmdir()
 
 
 def test_a_killed_server_leaves_links_working(tmp_path: Path, server: Server) -> None:

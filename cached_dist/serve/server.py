@@ -59,6 +59,7 @@ _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, sign
 # it found the server's code changed on disk (exit).
 _TOOK, _CHANGED = b"t", b"c"
 ORPHAN_CHECK = 1.0  # seconds between a waiting spare's checks that the server still runs
+FORK_RETRY = 1.0  # seconds between attempts to fork a spare while forks fail
 
 
 class Server:
@@ -83,6 +84,7 @@ class Server:
         self.pid = os.getpid()
         self.spare = -1  # the waiting child's pid
         self.report = -1  # the pipe it reports on
+        self.cannot_fork = False  # the last attempt failed (and said so)
 
     def run(self) -> int:
         import importlib
@@ -127,19 +129,20 @@ class Server:
             self._close()
 
     def _fork_spare(self) -> bool:
-        """Forks the next spare, which reports on ``self.report``; False if it cannot be."""
+        """Forks the next spare, which reports on ``self.report``; False if it cannot be
+        (said once for a run of failures)."""
+        pipe: tuple[int, int] | None = None
         try:
-            report, tell = os.pipe()
-        except OSError as e:
-            self.log.warn(f"cannot fork a child for a link: {e.strerror}")
-            return False
-        try:
+            pipe = report, tell = os.pipe()
             child = os.fork()
         except OSError as e:
-            os.close(report)
-            os.close(tell)
-            self.log.warn(f"cannot fork a child for a link: {e.strerror}")
+            for fd in pipe or ():
+                os.close(fd)
+            if not self.cannot_fork:
+                self.log.warn(f"cannot fork a child for a link: {e.strerror}")
+            self.cannot_fork = True
             return False
+        self.cannot_fork = False
         if child == 0:
             os.close(report)
             self._spare(tell)
@@ -194,16 +197,17 @@ class Server:
         self.spare = self.report = -1
 
     def _without_spare(self) -> None:
-        """No child can be forked now: the next connection is closed unserved (its client
-        links by itself), rather than left to time out."""
-        import time
-
+        """No child can be forked now: a connection that comes meanwhile is closed unserved
+        (its client links by itself at once, rather than after waiting 2 s for a child),
+        and the fork is tried again within FORK_RETRY seconds."""
         assert self.listener is not None
-        ready, _, _ = select.select([self.listener], [], [], self.idle_exit or None)
+        try:
+            ready, _, _ = select.select([self.listener], [], [], FORK_RETRY)
+        except InterruptedError:
+            return
         if ready:
             with contextlib.suppress(OSError):
                 self.listener.accept()[0].close()
-        time.sleep(0.1)
 
     def _spare(self, tell: int) -> NoReturn:
         """A spare's life: waits for a connection, tells the server, serves the link."""
