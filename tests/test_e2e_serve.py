@@ -300,6 +300,39 @@ def test_a_server_that_cannot_fork_hands_links_back_and_recovers(
         group.rmdir()
 
 
+def test_a_spare_that_cannot_accept_says_so_once_and_links_still_work(
+    tmp_path: Path, server: Server
+) -> None:
+    """A real EMFILE: the spare's descriptor limit set (prlimit) to the lowest descriptor it
+    has free, so accept fails. It warns once (not ten times a second), each client links by
+    itself after its 2 s, and with the limit lifted the spare serves again."""
+    import resource
+
+    project, cache = cached_shapes(tmp_path, server)
+    spare = server.spare()
+    used = {int(fd) for fd in os.listdir(f"/proc/{spare}/fd")}
+    lowest_free = min(set(range(len(used) + 1)) - used)
+    limit = resource.prlimit(spare, resource.RLIMIT_NOFILE)
+    resource.prlimit(spare, resource.RLIMIT_NOFILE, (lowest_free, limit[1]))
+    try:
+        for out in ("app2", "app3"):
+            done = link(project, server, cache, out)
+            assert done.returncode == 0 and "4 jobs: 4 hits" in done.stderr, done.stderr
+            assert project.run_program(out) == project.expected_output
+        assert server.text().count("cannot accept a link: Too many open files") == 1
+        assert server.served() == 0
+    finally:
+        resource.prlimit(spare, resource.RLIMIT_NOFILE, limit)
+    deadline = time.monotonic() + 10
+    while True:  # the spare takes the queued connections its clients gave up on, then links
+        done = link(project, server, cache, "app4")
+        assert done.returncode == 0, done.stderr
+        if server.served() == 1 or time.monotonic() > deadline:
+            break
+    assert server.served() == 1
+    assert project.run_program("app4") == project.expected_output
+
+
 def test_a_killed_server_leaves_links_working(tmp_path: Path, server: Server) -> None:
     project, cache = cached_shapes(tmp_path, server)
     server.proc.kill()

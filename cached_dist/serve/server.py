@@ -237,6 +237,7 @@ class Server:
         """The next connection; None once the server is gone (its spare must not outlive it
         in ``accept``, holding the socket)."""
         listener.settimeout(ORPHAN_CHECK)
+        failing = False
         while True:
             try:
                 conn, _ = listener.accept()
@@ -245,7 +246,9 @@ class Server:
                     return None
                 continue
             except OSError as e:  # out of descriptors, say: the clients link by themselves
-                self.log.warn(f"cannot accept a link: {e.strerror}")
+                if not failing:  # once for a run of failures, not ten times a second
+                    self.log.warn(f"cannot accept a link: {e.strerror}")
+                failing = True
                 import time
 
                 time.sleep(0.1)
