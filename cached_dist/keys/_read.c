@@ -2,8 +2,8 @@
  *
  * A link reads every module and every shard once: some 600 small files for a 300-job link of
  * archive members, 6,000 for 3,000. In Python each read is five system calls wrapped in
- * objects, exceptions and tuples (~10 us a file on the test host); here it is the five
- * system calls (~4 us). The checks are read_regular's exactly, and so are its errors:
+ * objects and tuples (~7 us a file on the test host); here it is the five system calls
+ * (~4.6 us). The checks are read_regular's exactly, and so are its errors:
  *
  *   read_exact(path, dev, ino, size, mtime_ns) -> bytes
  *   read_new(path) -> (bytes, (dev, ino, size, mtime_ns))   stat first (no examined stat)

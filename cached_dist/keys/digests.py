@@ -133,7 +133,7 @@ class Digests:
         """The bytes of the input ``path`` (:func:`read_regular`, against the stat the
         job-file checks took of it, if they did)."""
         seen = self._examined.get(path)
-        if seen is None and read_new is not None:  # a forked worker's reads, before the checks
+        if seen is None and read_new is not None:  # not examined (an early worker's reads)
             data, self.identities[path] = read_new(path)
             return data
         if seen is None:

@@ -3,8 +3,9 @@
 The parent only keeps one forked child, the spare, waiting in ``accept``: a fork, and the
 pages the child first writes after it, cost ~1.5 ms, which the spare pays between links
 rather than in one. The spare that takes a connection tells the parent (which forks the
-next spare), checks the peer is the same user and that no module the server imported
-changed on disk since it started (else it hands the link back and the server exits). The
+next spare once that link is over, or at once if another connection waits), checks the peer
+is the same user and that no module the server imported changed on disk since it started
+(else it hands the link back and the server exits). The
 child becomes the client's process in all that a link can see (standard streams,
 working directory, environment, umask, signal dispositions), provided the client shares its
 mount namespace and root, and runs the ordinary link code with a :class:`Handoff`: a full
