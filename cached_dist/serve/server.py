@@ -109,7 +109,7 @@ class Server:
                     self._without_spare()
                     continue
                 serving = self.spare
-                said = self._wait()
+                said = self._wait(self.idle_exit or None)
                 if said == _CHANGED:
                     self.log.warn("cached-dist changed on disk since this server started: "
                                   "exiting (start it again)")  # fmt: skip
@@ -151,11 +151,9 @@ class Server:
         self.spare, self.report = child, report
         return True
 
-    def _wait(self, timeout: float | None = -1.0) -> bytes | None:
+    def _wait(self, timeout: float | None) -> bytes | None:
         """What the spare said (b"" if it died without a word), after which it is no longer
-        the spare; None after ``timeout`` seconds of silence (``idle_exit`` by default)."""
-        if timeout is not None and timeout < 0:
-            timeout = self.idle_exit or None
+        the spare; None after ``timeout`` seconds of silence (None: no limit)."""
         while True:
             try:
                 ready, _, _ = select.select([self.report], [], [], timeout)
@@ -243,9 +241,7 @@ class Server:
             try:
                 conn, _ = listener.accept()
             except (TimeoutError, InterruptedError):
-                if os.getppid() != self.pid:
-                    return None
-                continue
+                pass
             except OSError as e:  # out of descriptors, say: the clients link by themselves
                 if not failing:  # once for a run of failures, not ten times a second
                     self.log.warn(f"cannot accept a link: {e.strerror}")
@@ -253,11 +249,11 @@ class Server:
                 import time
 
                 time.sleep(0.1)
-                if os.getppid() != self.pid:
-                    return None
-                continue
-            conn.settimeout(None)
-            return conn
+            else:
+                conn.settimeout(None)
+                return conn
+            if os.getppid() != self.pid:
+                return None
 
     def _child(self, conn: socket.socket, peer_pid: int) -> NoReturn:
         try:
