@@ -107,7 +107,8 @@ def test_the_native_reader_reads_and_refuses_as_the_python_one(
 
 
 def _python_new(path: str) -> tuple[bytes, tuple[int, int, int, int]]:
-    """read_new's reference: what Digests does without it (stat, then read_regular)."""
+    """read_new's reference, all in Python: digests._read_new (stat, then read_regular), with
+    read_regular's own Python reads rather than the extension's."""
     st = os.stat(path)
     if not stat.S_ISREG(st.st_mode):
         raise OSError(f"{path} is not a regular file")
@@ -132,9 +133,8 @@ def test_reading_a_file_not_examined_stats_it_first(tmp_path: Path, what: str) -
         path = what
     elif what == "not a directory":
         path = str(f / "below")
-    read_new = digests.read_new
-    assert read_new is not None
-    native = _outcome(lambda: read_new(path))
+    assert digests.read_new is not digests._read_new  # the extension's
+    native = _outcome(lambda: digests.read_new(path))
     assert native == _outcome(lambda: _python_new(path))
     assert (native[0] == "bytes") == (what in ("file", "empty"))
 

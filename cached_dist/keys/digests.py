@@ -29,7 +29,6 @@ try:  # the same reads and checks in one call (_read.c): ~2.5 us less a file, 60
 except ImportError:  # built without a C compiler
     _read = None  # type: ignore[assignment]
 read_exact = _read.read_exact if _read is not None else None
-read_new = _read.read_new if _read is not None else None  # a file not examined: stat, read
 
 
 def digest_bytes(data: bytes) -> str:
@@ -87,6 +86,15 @@ def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
+def _read_new(path: str) -> tuple[bytes, tuple[int, int, int, int]]:
+    """A file nobody examined yet, examined now (stat) and read: its bytes and identity."""
+    st = os.stat(path)
+    return read_regular(path, st), _identity(st)
+
+
+read_new = _read.read_new if _read is not None else _read_new  # _read.c: the same, in C
+
+
 class Digests:
     def __init__(self, examined: dict[str, os.stat_result] | None = None) -> None:
         # Inputs the job-file checks examined: read against that stat (a file replaced since
@@ -133,11 +141,9 @@ class Digests:
         """The bytes of the input ``path`` (:func:`read_regular`, against the stat the
         job-file checks took of it, if they did)."""
         seen = self._examined.get(path)
-        if seen is None and read_new is not None:  # not examined (an early worker's reads)
+        if seen is None:  # not examined (an early worker's reads)
             data, self.identities[path] = read_new(path)
             return data
-        if seen is None:
-            seen = os.stat(path)
         data = read_regular(path, seen)
         self.identities[path] = _identity(seen)
         return data
@@ -160,12 +166,10 @@ class Digests:
                 digest = self._by_path[path] = digest_bytes(member.read())
                 return digest
         st = self._examined.get(path)
-        if st is None and read_new is not None:  # read at once: another name is rare
+        if st is None:  # read at once: another name for the same file is rare
             data, identity = read_new(path)
             found = digest_bytes(data)
         else:
-            if st is None:
-                st = os.stat(path)
             identity = _identity(st)
             memo = self._memo.get(identity)
             found = digest_bytes(read_regular(path, st)) if memo is None else memo
