@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+import psutil
 import pytest
 
 from cached_dist.serve import CLIENT
@@ -60,12 +61,10 @@ class Server:
 
     def children(self) -> list[int]:
         """The server's children now: its spare, and children still serving links."""
-        pid = self.proc.pid
         try:
-            text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
-        except OSError:
+            return [child.pid for child in psutil.Process(self.proc.pid).children()]
+        except psutil.NoSuchProcess:
             return []
-        return [int(p) for p in text.split()]
 
     def spare(self) -> int:
         """The one child waiting for the next link, once the last link's child has ended
@@ -196,10 +195,9 @@ def _gone(pid: int, within: float) -> bool:
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            return True
-        if state == "Z":
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
             return True
         time.sleep(0.02)
     return False
