@@ -203,6 +203,31 @@ def _gone(pid: int, within: float) -> bool:
     return False
 
 
+def _anonymous(pid: int) -> int:
+    """A process's anonymous resident memory in bytes (RssAnon)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no RssAnon for {pid}")
+
+
+@pytest.mark.skipif(tuple(int(x) for x in os.uname().release.split(".")[:2]) < (5, 14),
+                    reason="MADV_POPULATE_WRITE is Linux 5.14+")  # fmt: skip
+def test_a_waiting_spare_holds_its_own_copy_of_the_server_s_pages(
+    tmp_path: Path, server: Server
+) -> None:
+    """The spare copies the pages it shares with the server before its link comes
+    (serve/prefault.py): its unique memory grows to the server's anonymous memory, where a
+    spare that only waits writes a few pages of its own."""
+    cached_shapes(tmp_path, server)  # a link served or handed back: the spare after it
+    spare = psutil.Process(server.spare())
+    wanted = 0.8 * _anonymous(server.proc.pid)
+    deadline = time.monotonic() + 10
+    while (unique := spare.memory_full_info().uss) < wanted and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert unique >= wanted, (unique, wanted)
+
+
 def test_a_spare_serves_the_next_link_and_another_waits(tmp_path: Path, server: Server) -> None:
     """The child waiting before a link is the one that serves it (it has forked already:
     the link pays no fork); the server forks the next spare once that link is over."""

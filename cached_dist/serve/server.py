@@ -1,8 +1,9 @@
 """``cached-dist serve``: keeps a full hit's imports warm and a child ready for the next link.
 
 The parent only keeps one forked child, the spare, waiting in ``accept``: a fork, and the
-pages the child first writes after it, cost ~1.5 ms, which the spare pays between links
-rather than in one. The spare that takes a connection tells the parent (which forks the
+pages the child first writes after it, cost milliseconds, which the spare pays between
+links rather than in one (it copies the pages it shares with the parent while it waits:
+:mod:`.prefault`). The spare that takes a connection tells the parent (which forks the
 next spare once that link is over, or at once if another connection waits), checks the peer
 is the same user and that no module the server imported changed on disk since it started
 (else it hands the link back and the server exits). The
@@ -28,6 +29,7 @@ import sys
 from ..errors import UsageError
 from . import default_socket
 from .handoff import FallBack, Handoff
+from .prefault import prefault
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -216,7 +218,9 @@ class Server:
             for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
                 signal.signal(sig, signal.SIG_DFL)  # the server ends a spare with SIGTERM
             assert self.listener is not None
-            conn = self._accept(self.listener)
+            listener = self.listener
+            prefault(lambda: _readable(listener))  # the pages its link would copy, now
+            conn = self._accept(listener)
             if conn is None:
                 os._exit(0)
             pid, uid = _peer(conn)
@@ -326,6 +330,14 @@ def _private_directory(directory: str) -> None:
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
         raise UsageError(f"{directory} must be a directory of yours that only you can use "
                          "(or set CACHED_DIST_SOCKET)")  # fmt: skip
+
+
+def _readable(sock: socket.socket) -> bool:
+    """Whether a connection (or anything) waits on ``sock``, without waiting."""
+    try:
+        return bool(select.select([sock], [], [], 0)[0])
+    except (OSError, ValueError):
+        return True  # look no further: accept() will say what is wrong
 
 
 def _peer(conn: socket.socket) -> tuple[int, int]:
