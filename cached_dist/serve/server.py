@@ -35,6 +35,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, NoReturn
 
+    from store.forked import Standby
+
     from ..log import Log
 
 #: What a full hit imports (tests/test_hot_path.py keeps that list short); a child imports
@@ -219,6 +221,7 @@ class Server:
                 signal.signal(sig, signal.SIG_DFL)  # the server ends a spare with SIGTERM
             assert self.listener is not None
             listener = self.listener
+            standby = _standby()  # first: then each process copies its own pages
             prefault(lambda: _readable(listener))  # the pages its link would copy, now
             conn = self._accept(listener)
             if conn is None:
@@ -232,7 +235,7 @@ class Server:
                 os._exit(0)  # the connection closes unanswered: the client links by itself
             os.write(tell, _TOOK)
             os.close(tell)
-            self._child(conn, pid)
+            self._child(conn, pid, standby)
         finally:
             os._exit(0)
 
@@ -259,14 +262,14 @@ class Server:
             if os.getppid() != self.pid:
                 return None
 
-    def _child(self, conn: socket.socket, peer_pid: int) -> NoReturn:
+    def _child(self, conn: socket.socket, peer_pid: int, standby: Standby | None) -> NoReturn:
         try:
             assert self.listener is not None
             self.listener.close()
             for sig, disposition in self.dispositions.items():
                 signal.signal(sig, disposition)
             os.setpgid(0, 0)  # not the server's: Ctrl-C on its terminal stops no link
-            outcome = _serve_link(conn, peer_pid, self.identity)
+            outcome = _serve_link(conn, peer_pid, self.identity, standby)
             if outcome and self.log.verbose:
                 os.write(self.log_fd, f"cached-dist: {outcome}\n".encode(errors="replace"))
         finally:
@@ -396,7 +399,24 @@ def _python_settings(env: dict[str, str] | os._Environ[str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k.startswith("PYTHON")}
 
 
-def _serve_link(conn: socket.socket, peer_pid: int, identity: Identity) -> str:
+def _standby() -> Standby | None:
+    """The spare's link's early worker, forked before the link comes (store.forked.standby):
+    it copies its own pages meanwhile, and the link forks no worker then (the fork, and the
+    pages both processes would copy after it, cost ~2 ms of a 301-job link). Told of the
+    link's job file, it does what keys/shard_key.py ``standby_plan`` says; a link without an
+    early worker ends it."""
+    from store.forked import standby
+    from store.placing import place_order
+
+    from ..keys.shard_key import standby_plan
+
+    return standby(lambda message: standby_plan(message, place_order), prefault, first=True,
+                   then=True)  # fmt: skip
+
+
+def _serve_link(
+    conn: socket.socket, peer_pid: int, identity: Identity, standby: Standby | None = None
+) -> str:
     """The child's whole work; returns what ``--verbose`` says of it ("" for nothing)."""
     conn.settimeout(REQUEST_TIMEOUT)
     try:
@@ -423,7 +443,7 @@ def _serve_link(conn: socket.socket, peer_pid: int, identity: Identity) -> str:
         sys.argv = [program, *argv]
         from ..cli import main
 
-        handoff = Handoff(conn)
+        handoff = Handoff(conn, standby)
         try:
             status = main(argv, handoff=handoff)
         except FallBack:
@@ -453,6 +473,8 @@ def _serve_link(conn: socket.socket, peer_pid: int, identity: Identity) -> str:
     finally:
         for fd in fds:
             os.close(fd)
+        if standby is not None:  # ended already if it was the link's early worker
+            standby.cancel()  # else now, after the client has its answer
 
 
 Request = tuple[int, int, str, list[str], dict[str, str]]
