@@ -52,7 +52,27 @@ memory = bytearray(os.urandom(pages * 4096))  # the server's: every page present
 digest = xxhash.xxh3_128_hexdigest(memory)
 r, w = os.pipe()
 if os.fork() == 0:
-    done = 0 if how == "none" else prefault.prefault(lambda: how == "waiting")
+    if how == "background":  # in a thread of the idle class, until it ends
+        import threading, time
+        prefault.in_background(lambda: False)
+        (thread,) = [t for t in threading.enumerate() if t.name == "prefault"]
+        policies = set()
+        while thread.is_alive():
+            try:
+                policies.add(os.sched_getscheduler(thread.native_id))
+            except OSError:
+                pass
+            time.sleep(0.001)
+        done = pages * 4096 if policies == {os.SCHED_IDLE} else -len(policies)
+    elif how == "stopped":
+        import threading
+        prefault.in_background(lambda: True)
+        for t in threading.enumerate():
+            if t.name == "prefault":
+                t.join(10)
+        done = 0
+    else:
+        done = 0 if how == "none" else prefault.prefault(lambda: how == "waiting")
     same = xxhash.xxh3_128_hexdigest(memory) == digest
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     for page in range(pages):
@@ -89,6 +109,20 @@ def test_the_pages_are_copied_before_the_link_writes_them_and_stay_the_same() ->
     done, same, faults = _forked("copy")
     assert done >= 4096 * 4096 and same
     assert faults < 100
+
+
+@pytest.mark.skipif(not _kernel_has_populate(), reason="MADV_POPULATE_WRITE is Linux 5.14+")
+def test_in_the_background_it_copies_from_a_thread_of_the_idle_class() -> None:
+    """The spare's copy runs in a SCHED_IDLE thread (it must not take a processor from the
+    LLD that is finishing the last link); the pages are copied all the same."""
+    done, same, faults = _forked("background")
+    assert done == 4096 * 4096, f"policies seen: {-done}"
+    assert same and faults < 100
+
+
+def test_in_the_background_a_waiting_connection_stops_it() -> None:
+    _, same, faults = _forked("stopped")
+    assert same and faults >= 4096
 
 
 def test_a_waiting_connection_stops_it_at_once() -> None:

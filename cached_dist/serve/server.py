@@ -29,7 +29,7 @@ import sys
 from ..errors import UsageError
 from . import default_socket
 from .handoff import FallBack, Handoff
-from .prefault import prefault
+from .prefault import in_background
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -222,8 +222,9 @@ class Server:
             assert self.listener is not None
             listener = self.listener
             standby = _standby()  # first: then each process copies its own pages
-            prefault(lambda: _readable(listener))  # the pages its link would copy, now
+            stop = in_background(lambda: _readable(listener))  # the pages its link would copy
             conn = self._accept(listener)
+            stop()
             if conn is None:
                 os._exit(0)
             pid, uid = _peer(conn)
@@ -410,8 +411,8 @@ def _standby() -> Standby | None:
 
     from ..keys.shard_key import standby_plan
 
-    return standby(lambda message: standby_plan(message, place_order), prefault, first=True,
-                   then=True)  # fmt: skip
+    return standby(lambda message: standby_plan(message, place_order), in_background,
+                   first=True, then=True)  # fmt: skip
 
 
 def _serve_link(
