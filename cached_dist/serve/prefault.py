@@ -91,8 +91,8 @@ def prefault(waiting: Callable[[], bool]) -> int:
 def in_background(waiting: Callable[[], bool]) -> Callable[[], None]:
     """:func:`prefault` in a thread of the idle scheduling class, which runs only on a
     processor nothing else wants: the pages are copied just after a link, while LLD still
-    writes its output, and a copy at the normal class took as much time from LLD as it
-    saved the next link (link wall +2.6 ms, own time -3.5 ms, 40 links each). Returns what
+    writes its output, and a copy at the normal class took about as much time from LLD as
+    it saved the next link (docs/design.md). Returns what
     stops it (also stopped by ``waiting()``); nothing is copied where the thread cannot be
     put in the idle class."""
     import contextlib
