@@ -7,10 +7,10 @@ fault, inside the link's own time: ~2.3 ms of a 10 ms link of lua's 33 jobs here
 has nothing to do until its connection comes, so it copies every private writable page
 first, with ``madvise(MADV_POPULATE_WRITE)`` (Linux 5.14): the kernel breaks the sharing as
 a write would, without writing, so no byte changes and nothing can race with it. It costs
-~4 ms of CPU per process for the server's ~8 MB, spent in a thread of the idle scheduling
+~4 ms of CPU per spare for the server's ~8 MB, spent in a thread of the idle scheduling
 class (:func:`in_background`): the LLD that is finishing the last link keeps its
-processors. It also costs ~1 MB more memory per process (pages the server reserved but
-never touched).
+processors. It also costs ~1 MB more memory per spare (pages the server reserved but never
+touched).
 
 Best effort: without ``ctypes`` or an idle class, or on an older kernel, nothing is done, and
 the copy stops as soon as a connection waits, so a link never waits for more than one chunk.
