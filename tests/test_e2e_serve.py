@@ -20,6 +20,7 @@ import pytest
 from cached_dist.serve import CLIENT
 
 from .servers import requires_redis, start_redis
+from .test_serve_prefault import requires_populate
 from .toolchain import (
     Project,
     build,
@@ -211,8 +212,7 @@ def _anonymous(pid: int) -> int:
     raise AssertionError(f"no RssAnon for {pid}")
 
 
-@pytest.mark.skipif(tuple(int(x) for x in os.uname().release.split(".")[:2]) < (5, 14),
-                    reason="MADV_POPULATE_WRITE is Linux 5.14+")  # fmt: skip
+@requires_populate
 def test_a_waiting_spare_holds_its_own_copy_of_the_server_s_pages(
     tmp_path: Path, server: Server
 ) -> None:

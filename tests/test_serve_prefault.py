@@ -100,7 +100,12 @@ def _kernel_has_populate() -> bool:
     return (major, minor) >= (5, 14)
 
 
-@pytest.mark.skipif(not _kernel_has_populate(), reason="MADV_POPULATE_WRITE is Linux 5.14+")
+#: For the tests that need the copy to happen (tests/test_e2e_serve.py too).
+requires_populate = pytest.mark.skipif(not _kernel_has_populate(),
+                                       reason="MADV_POPULATE_WRITE is Linux 5.14+")  # fmt: skip
+
+
+@requires_populate
 def test_the_pages_are_copied_before_the_link_writes_them_and_stay_the_same() -> None:
     """Without it, every inherited page costs a fault at its first write; with it, none do,
     and no byte of the memory changed."""
@@ -111,7 +116,7 @@ def test_the_pages_are_copied_before_the_link_writes_them_and_stay_the_same() ->
     assert faults < 100
 
 
-@pytest.mark.skipif(not _kernel_has_populate(), reason="MADV_POPULATE_WRITE is Linux 5.14+")
+@requires_populate
 def test_in_the_background_it_copies_from_a_thread_of_the_idle_class() -> None:
     """The spare's copy runs in a SCHED_IDLE thread (it must not take a processor from the
     LLD that is finishing the last link); the pages are copied all the same."""

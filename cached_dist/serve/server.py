@@ -6,11 +6,11 @@ links rather than in one (it copies the pages it shares with the parent while it
 :mod:`.prefault`). The spare that takes a connection tells the parent (which forks the
 next spare once that link is over, or at once if another connection waits), checks the peer
 is the same user and that no module the server imported changed on disk since it started
-(else it hands the link back and the server exits). The
-child becomes the client's process in all that a link can see (standard streams,
-working directory, environment, umask, signal dispositions), provided the client shares its
-mount namespace and root, and runs the ordinary link code with a :class:`Handoff`: a full
-hit is served, anything else handed back before any output is written (see client.c).
+(else it hands the link back and the server exits). The child becomes the client's process
+in all that a link can see (standard streams, working directory, environment, umask, signal
+dispositions), provided the client shares its mount namespace and root, and runs the
+ordinary link code with a :class:`Handoff`: a full hit is served, anything else handed back
+before any output is written (see client.c).
 """
 
 from __future__ import annotations
