@@ -10,6 +10,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -238,6 +239,96 @@ def test_a_spare_serves_the_next_link_and_another_waits(tmp_path: Path, server: 
     assert _gone(spare, 10)  # it served the link, and ended
     assert server.spare() != spare  # the next one
     assert project.run_program("app2") == project.expected_output
+
+
+# A distributor between LLD and the client that keeps what a linker would need to ask for the
+# same link again: the job file and the inputs LLD deletes after the link (shards).
+_KEEPER = """import os, shutil, subprocess, sys
+keep, job_file = sys.argv[1], sys.argv[-1]
+shutil.copy(job_file, os.path.join(keep, "job.json"))
+for name in os.listdir("."):
+    if name.endswith(".thinlto.bc"):
+        shutil.copy(name, os.path.join(keep, name))
+sys.exit(subprocess.call(sys.argv[2:]))
+"""
+
+# A linker of its own: names the kept job file as LLD would (OUTPUT.PID.dist-file.json, its
+# own pid), runs the distributor with its output captured (as a build tool may), says its exit
+# status and how long until both streams ended, then exits when told (a line on stdin).
+_LINKER = """import os, shutil, subprocess, sys, time
+keep = sys.argv[1]
+for name in os.listdir(keep):
+    shutil.copy(os.path.join(keep, name), name)
+job_file = f"app.{os.getpid()}.dist-file.json"
+os.rename("job.json", job_file)
+started = time.monotonic()
+done = subprocess.run([*sys.argv[2:], job_file], capture_output=True)
+print(done.returncode, time.monotonic() - started, flush=True)
+sys.stdin.readline()
+"""
+
+
+def _own_linker(tmp_path: Path, server: Server) -> tuple[Project, Path, list[str]]:
+    """The shapes program (thin archive: its members stay), linked once through the server
+    (a miss, handed back), and the command of a linker that asks for that link again."""
+    project = build("shapes", tmp_path / "p", "thin")
+    cache, keep = tmp_path / "cache", tmp_path / "keep"
+    keep.mkdir()
+    keeper, linker = tmp_path / "keeper.py", tmp_path / "linker.py"
+    keeper.write_text(_KEEPER)
+    linker.write_text(_LINKER)
+    client = [CLIENT, cached_dist_exe(), f"--cache-dir={cache}"]
+    done = project.link(distributor=sys.executable, env=server.env,
+                        distributor_args=[str(keeper), str(keep), *client])  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return project, cache, [sys.executable, str(linker), str(keep), *client]
+
+
+def test_a_child_that_served_a_link_waits_for_its_linker(tmp_path: Path, server: Server) -> None:
+    """After its link, the linker reads the objects and writes the program: the child that
+    served it ends only when the linker does, and only then is the next spare forked (their
+    processors are the linker's until then). The client's streams are let go at once."""
+    project, _, command = _own_linker(tmp_path, server)
+    spare = server.spare()
+    linker = subprocess.Popen(command, cwd=project.dir, env=server.env, text=True,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)  # fmt: skip
+    assert linker.stdout is not None and linker.stdin is not None
+    status, took = linker.stdout.readline().split()
+    assert status == "0" and server.served() == 1, server.text()
+    assert float(took) < 1.0  # both streams ended with the client, not when the child did
+    assert not _gone(spare, 0.5)  # waits for the linker...
+    assert server.children() == [spare]  # ...and no spare is forked meanwhile
+    linker.stdin.write("\n")
+    linker.stdin.close()
+    assert linker.wait(10) == 0
+    assert _gone(spare, 1)  # ends with it
+    assert server.spare() != spare
+
+
+def test_a_link_that_comes_while_a_child_waits_for_its_linker_is_served_at_once(
+    tmp_path: Path, server: Server
+) -> None:
+    """A child waits for its linker LINGER seconds at most; another link meanwhile gets a
+    child of its own at once."""
+    from cached_dist.serve.server import LINGER
+
+    project, cache, command = _own_linker(tmp_path, server)
+    spare = server.spare()
+    linker = subprocess.Popen(command, cwd=project.dir, env=server.env, text=True,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)  # fmt: skip
+    try:
+        assert linker.stdout is not None
+        assert linker.stdout.readline().split()[0] == "0"
+        started = time.monotonic()
+        done = link(project, server, cache, "app2")
+        assert done.returncode == 0 and server.served() == 2, done.stderr
+        assert time.monotonic() - started < LINGER
+        assert _gone(spare, LINGER + 2)  # its linker still runs, but it waited long enough
+        assert linker.poll() is None
+        assert project.run_program("app2") == project.expected_output
+    finally:
+        linker.kill()
+        linker.wait()
 
 
 def test_a_link_is_served_while_another_connection_holds_a_child(

@@ -3,14 +3,14 @@
 The parent only keeps one forked child, the spare, waiting in ``accept``: a fork, and the
 pages the child first writes after it, cost milliseconds, which the spare pays between
 links rather than in one (it copies the pages it shares with the parent while it waits:
-:mod:`.prefault`). The spare that takes a connection tells the parent (which forks the
-next spare once that link is over, or at once if another connection waits), checks the peer
-is the same user and that no module the server imported changed on disk since it started
-(else it hands the link back and the server exits). The child becomes the client's process
-in all that a link can see (standard streams, working directory, environment, umask, signal
-dispositions), provided the client shares its mount namespace and root, and runs the
-ordinary link code with a :class:`Handoff`: a full hit is served, anything else handed back
-before any output is written (see client.c).
+:mod:`.prefault`). The spare that takes a connection tells the parent (which forks the next
+spare once that link is over, its linker too, or at once if another connection waits; see
+:func:`_linger`), checks the peer is the same user and that no module the server imported
+changed on disk since it started (else it hands the link back and the server exits). The
+child becomes the client's process in all that a link can see (standard streams, working
+directory, environment, umask, signal dispositions), provided the client shares its mount
+namespace and root, and runs the ordinary link code with a :class:`Handoff`: a full hit is
+served, anything else handed back before any output is written (see client.c).
 """
 
 from __future__ import annotations
@@ -62,6 +62,11 @@ _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, sign
 # it found the server's code changed on disk (exit).
 _TOOK, _CHANGED = b"t", b"c"
 ORPHAN_CHECK = 1.0  # seconds between a waiting spare's checks that the server still runs
+#: Longest a child that served a link waits for the linker to exit (see _linger): past it,
+#: the server forks the next spare even if the linker is still at work.
+LINGER = 2.0
+_JOB_FILE_SUFFIX = ".dist-file.json"  # LLD names its job file OUTPUT.PID.dist-file.json
+_ANCESTRY = 8  # how far up from the client the linker may be (wrappers in between)
 FORK_RETRY = 1.0  # seconds between attempts to fork a spare while forks fail
 
 
@@ -169,9 +174,10 @@ class Server:
             return said
 
     def _while_serving(self, child: int) -> None:
-        """Forks the next spare only once ``child`` ends its link, or another link comes
-        meanwhile: the fork and the new spare's first writes take ~1 ms of the processors
-        that the link's own processes use (this machine may have two)."""
+        """Forks the next spare only once ``child`` ends (after its link's linker, see
+        _linger), or another link comes meanwhile: the fork and the new spare's first writes
+        take ~1 ms of the processors that the link's own processes use (this machine may
+        have two)."""
         try:
             done = os.pidfd_open(child)
         except (OSError, AttributeError):  # gone already, or no pidfd (Linux < 5.3)
@@ -267,9 +273,11 @@ class Server:
             for sig, disposition in self.dispositions.items():
                 signal.signal(sig, disposition)
             os.setpgid(0, 0)  # not the server's: Ctrl-C on its terminal stops no link
-            outcome = _serve_link(conn, peer_pid, self.identity)
+            outcome, linker = _serve_link(conn, peer_pid, self.identity)
             if outcome and self.log.verbose:
                 os.write(self.log_fd, f"cached-dist: {outcome}\n".encode(errors="replace"))
+            if linker >= 0:
+                _linger(conn, linker)
         finally:
             os._exit(0)
 
@@ -397,15 +405,16 @@ def _python_settings(env: dict[str, str] | os._Environ[str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k.startswith("PYTHON")}
 
 
-def _serve_link(conn: socket.socket, peer_pid: int, identity: Identity) -> str:
-    """The child's whole work; returns what ``--verbose`` says of it ("" for nothing)."""
+def _serve_link(conn: socket.socket, peer_pid: int, identity: Identity) -> tuple[str, int]:
+    """The child's whole work; returns what ``--verbose`` says of it ("" for nothing), and,
+    for a link it served, a pidfd of the linker that asked for it (-1 if none: see _linker)."""
     conn.settimeout(REQUEST_TIMEOUT)
     try:
         request = _read_request(conn)
     except (OSError, ValueError) as e:
-        return f"dropped a malformed request ({e})"
+        return f"dropped a malformed request ({e})", -1
     if request is None:
-        return "dropped a malformed request"
+        return "dropped a malformed request", -1
     umask, ignored, program, argv, env = request
     handoff: Handoff | None = None
     fds: list[int] = []
@@ -441,16 +450,23 @@ def _serve_link(conn: socket.socket, peer_pid: int, identity: Identity) -> str:
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(OSError, ValueError):
                 stream.flush()
-        conn.sendall(b"S" + bytes([status & 255]))
-        return f"served {argv[-1]} (exit status {status})"
+        linker = _linker(argv[-1], peer_pid)  # while the client, and so the linker, waits
+        try:
+            conn.sendall(b"S" + bytes([status & 255]))
+        except OSError:
+            if linker >= 0:
+                os.close(linker)
+            raise
+        return f"served {argv[-1]} (exit status {status})", linker
     except FallBack as e:
         if handoff is not None:
             handoff.discard()
         with contextlib.suppress(OSError):
             conn.sendall(b"F")
-        return f"handed back {argv[-1] if argv else '?'}: {e.args[0] if e.args else 'not served'}"
+        why = e.args[0] if e.args else "not served"
+        return f"handed back {argv[-1] if argv else '?'}: {why}", -1
     except (OSError, ValueError) as e:
-        return f"lost the client ({e})"
+        return f"lost the client ({e})", -1
     finally:
         for fd in fds:
             os.close(fd)
@@ -550,3 +566,59 @@ def _become(fds: list[int], env: dict[str, str], umask: int, ignored: int) -> No
         if environ.get(name) != value:
             environ[name] = value
     os.umask(umask)
+
+
+def _linker(job_file: str, client: int) -> int:
+    """A pidfd of the linker that wrote ``job_file``, or -1: LLD names its job file
+    ``OUTPUT.PID.dist-file.json``, and the process of that pid must be the client or one of
+    its ancestors (a wrapper distributor may stand between them). Called before the client
+    is told its link is done: until then the linker waits for it, so the pid is the linker's."""
+    name = os.path.basename(job_file)
+    if not name.endswith(_JOB_FILE_SUFFIX):
+        return -1
+    pid = name[: -len(_JOB_FILE_SUFFIX)].rpartition(".")[2]
+    if not (pid.isascii() and pid.isdigit()) or not hasattr(os, "pidfd_open"):
+        return -1
+    linker = int(pid)
+    try:
+        for _ in range(_ANCESTRY):
+            if client == linker:
+                return os.pidfd_open(linker)
+            client = _parent(client)
+            if client <= 1:
+                return -1
+    except (OSError, ValueError, OverflowError):
+        pass
+    return -1
+
+
+def _parent(pid: int) -> int:
+    """The parent of process ``pid`` (/proc/PID/stat; the name before it may hold anything,
+    even parentheses, so the fields are read after the last one)."""
+    fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        stat = os.read(fd, 4096)
+    finally:
+        os.close(fd)
+    return int(stat.rpartition(b")")[2].split()[1])
+
+
+def _linger(conn: socket.socket, linker: int) -> None:
+    """Waits, up to LINGER seconds, for the linker of the link this child served to exit: the
+    server forks the next spare once this child ends (at once, should another link come).
+    After its distributor, the linker reads the objects and writes the program; a fork, a
+    new spare's start and the exit of this child would take processors from it (two, on
+    this project's machines: docs/design.md, "After the link"). Nothing of the client's is
+    held meanwhile: its streams (a build tool waits for their end) and its directory."""
+    try:
+        conn.close()
+        null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        os.close(null)
+        os.chdir("/")
+        select.select([linker], [], [], LINGER)  # retried on a signal (PEP 475)
+    except OSError:
+        pass
+    finally:
+        os.close(linker)
