@@ -9,6 +9,10 @@ built in: json would cost the link ~7 ms of imports, re and enum with it). A wor
 fails, dies or sends something unreadable leaves its share to be done here, so the result
 never depends on the workers.
 
+A :func:`standby` is such a worker forked before its work is known (a warm server's spare
+forks the early worker of the link it will serve): told what to do, it works as a started
+one. A process waiting for a worker's message gives up on a stopped one.
+
 The work given to workers must not use a database connection this process opened (sqlite
 connections must not cross a fork): file and CPU work only, results handled by the caller.
 """
@@ -26,6 +30,12 @@ if TYPE_CHECKING:
     from typing import Any, TypeVar
 
     R = TypeVar("R")
+    #: What a standby worker is to do: ``start``'s work, extra, first and then.
+    Plan = tuple[Callable[[], list[Any]], Callable[[], object] | None,
+                 Callable[[], Any] | None, Callable[[Any], Any] | None]  # fmt: skip
+
+
+STOPPED_CHECK = 0.1  # seconds between looks at whether a silent worker is stopped
 
 
 def workers_for(count: int, least: int, available: int) -> int:
@@ -153,12 +163,12 @@ class Worker:
 
     def cancel(self) -> None:
         """Stops the worker if something it works on was not read (it only reads and
-        computes, or carries out an order whose answer nobody waits for); then waits for it
-        to end."""
+        computes, or carries out an order whose answer nobody waits for) or it failed; then
+        waits for it to end."""
         if self.order_fd >= 0:  # no order: it ends once its results are sent
             os.close(self.order_fd)
             self.order_fd = -1
-        if self.pidfd >= 0 and self._busy:
+        if self.pidfd >= 0 and (self._busy or self._failed):  # failed: perhaps stopped
             import signal
 
             with contextlib.suppress(OSError):  # gone already
@@ -175,6 +185,9 @@ class Worker:
 
         if self._failed or self.read_fd < 0:
             return None
+        if not self._wait_readable():
+            self._failed = True
+            return None
         body = _read_message(self.read_fd)
         if body is None:
             self._failed = True
@@ -183,6 +196,23 @@ class Worker:
             return marshal.loads(body)
         except (ValueError, TypeError, EOFError):
             return None
+
+    def _wait_readable(self) -> bool:
+        """Waits until the worker has sent something (or ended); False if it is stopped
+        meanwhile (SIGSTOP, a debugger): this process then does its work rather than wait for
+        it forever. A standby (:func:`standby`) lives between links, where anyone may stop it."""
+        import select
+
+        while True:
+            try:
+                if select.select([self.read_fd], [], [], STOPPED_CHECK)[0]:
+                    return True
+            except InterruptedError:
+                continue
+            except (OSError, ValueError):
+                return True  # the read says what is wrong
+            if _stopped(self.pid):
+                return False
 
     def _reap(self) -> None:
         if self.pid:
@@ -208,23 +238,109 @@ def start(
     The worker's standard streams are /dev/null and it keeps no other descriptor of this
     process: should this process be killed, it holds nothing open of anyone's (a build's
     output pipes, a client's socket) while it finishes."""
-    import marshal
+    forked = _fork(first is not None or then is not None, then is not None, False)
+    if forked is None:
+        return None
+    if forked[0] == 0:  # pragma: no cover - runs in the child
+        try:
+            _, out, orders, _ = forked
+            _serve(out, orders, (work, extra, first, then))
+        finally:
+            os._exit(0)
+    pid, read_fd, orders_out, _ = forked
+    return Worker(pid, read_fd, _pidfd(pid), first is not None, orders_out)
 
+
+class Standby:
+    """A worker forked before its work is known (:func:`standby`): :meth:`go` tells it what
+    to do, after which :attr:`worker` reads what it sends, as :func:`start`'s would."""
+
+    def __init__(self, worker: Worker, go_fd: int) -> None:
+        self.worker = worker
+        self.go_fd = go_fd
+        self.told = False  # it was sent its message whole
+
+    def go(self, message: Any) -> bool:
+        """Sends it ``message`` (marshalled), once; False if it cannot be told (it is gone)."""
+        import marshal
+
+        if self.go_fd < 0:
+            return False
+        try:
+            _write_message(self.go_fd, marshal.dumps(message))
+            self.told = True
+        except (OSError, ValueError):
+            pass
+        finally:
+            os.close(self.go_fd)
+            self.go_fd = -1
+        return self.told
+
+    def cancel(self) -> None:
+        """Ends it, told or not (see :meth:`Worker.cancel`)."""
+        if self.go_fd >= 0:  # never told: it ends at the end of its message pipe
+            os.close(self.go_fd)
+            self.go_fd = -1
+        self.worker.cancel()
+
+
+def standby(
+    plan: Callable[[Any], Plan | None], wait: Callable[[Callable[[], bool]], object],
+    first: bool, then: bool,
+) -> Standby | None:  # fmt: skip
+    """Forks a worker ahead of the work it will do; None if no process can be forked now. It
+    first runs ``wait(told)`` (work worth doing while it waits, which stops once ``told()``),
+    then waits for :meth:`Standby.go`'s message and does what ``plan(message)`` gives as
+    :func:`start`'s worker would. ``first`` and ``then`` say whether the plans send a first
+    message and take an order; a plan that does not, or None, or no message (the standby
+    closed, this process gone) ends it without a word, which the Worker reads as a failure."""
+    forked = _fork(True, then, True)
+    if forked is None:
+        return None
+    if forked[0] == 0:  # pragma: no cover - runs in the child
+        try:
+            _, out, orders, go_fd = forked
+            import marshal
+            import select
+
+            wait(lambda: bool(select.select([go_fd], [], [], 0)[0]))
+            message = _read_message(go_fd)
+            planned = plan(marshal.loads(message)) if message is not None else None
+            if (
+                planned is not None
+                and (planned[2] is not None) == first
+                and (planned[3] is not None) == then
+            ):
+                _serve(out, orders, planned)
+        finally:
+            os._exit(0)
+    pid, read_fd, orders_out, go_fd = forked
+    return Standby(Worker(pid, read_fd, _pidfd(pid), first, orders_out), go_fd)
+
+
+def _fork(large: bool, orders: bool, told: bool) -> tuple[int, int, int, int] | None:
+    """Forks a worker with its pipes: its results (room for ``large`` messages), its orders
+    if asked, and its message if ``told``. In the worker: (0, results, orders, message) as
+    its descriptors 3, 4 and 5 (-1 for those not asked for), with /dev/null as its standard
+    streams and no other descriptor; here: (pid, results, orders, message), the ends to
+    read and to write, with the worker's ends closed. None if it cannot be forked."""
     pipes: list[int] = []
     try:
         read_fd, write_fd = os.pipe()
         pipes += [read_fd, write_fd]
-        orders_in, orders_out = os.pipe() if then is not None else (-1, -1)
+        orders_in, orders_out = os.pipe() if orders else (-1, -1)
         pipes += [orders_in, orders_out]
+        go_in, go_out = os.pipe() if told else (-1, -1)
+        pipes += [go_in, go_out]
     except OSError:
         for fd in pipes:
             if fd >= 0:
                 os.close(fd)
         return None
-    if first is not None or then is not None:  # room for a large link's messages: no wait
+    if large or told:  # room for a large link's messages: no wait
         import fcntl
 
-        for fd in (write_fd, orders_out):
+        for fd in (write_fd, orders_out, go_out):
             with contextlib.suppress(OSError):  # past /proc/sys/fs/pipe-max-size: the default
                 if fd >= 0:
                     fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, _PIPE_SIZE)
@@ -237,30 +353,66 @@ def start(
         return None
     if pid == 0:  # pragma: no cover - runs in the child
         try:
-            null = os.open(os.devnull, os.O_RDWR)
-            for fd in (0, 1, 2):
-                os.dup2(null, fd)
-            out = os.dup2(write_fd, 3)
-            orders = os.dup2(orders_in, 4) if then is not None else -1
-            os.closerange(5 if then is not None else 4, 1 << 20)  # close_range(2): one call
-            if first is not None:
-                _write_message(out, marshal.dumps(first()))
-            done = work()
-            _write_message(out, marshal.dumps([done, extra() if extra is not None else None]))
-            if then is not None:
-                order = _read_message(orders)
-                if order is not None:
-                    _write_message(out, marshal.dumps(then(marshal.loads(order))))
-        finally:
+            kept = _detach([write_fd, orders_in, go_in])
+        except BaseException:
             os._exit(0)
-    os.close(write_fd)
+        return 0, kept[0], kept[1], kept[2]
+    for fd in (write_fd, orders_in, go_in):
+        if fd >= 0:
+            os.close(fd)
+    return pid, read_fd, orders_out, go_out
+
+
+def _detach(keep: list[int]) -> list[int]:
+    """In a forked worker: /dev/null as the standard streams, ``keep`` (-1: none) as the
+    descriptors 3, 4... and no other descriptor open."""
+    import fcntl
+
+    top = 3 + len(keep)
+    high = [fcntl.fcntl(fd, fcntl.F_DUPFD, top) if fd >= 0 else -1 for fd in keep]
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    kept = [os.dup2(fd, 3 + n) if fd >= 0 else -1 for n, fd in enumerate(high)]
+    for n, fd in enumerate(kept):
+        if fd < 0:
+            with contextlib.suppress(OSError):  # whatever this process had there
+                os.close(3 + n)
+    os.closerange(top, 1 << 20)  # close_range(2): one call
+    return kept
+
+
+def _serve(out: int, orders: int, plan: Plan) -> None:
+    """A worker's life once it knows its work: its first message, its results, then its
+    answer to an order if it takes one."""
+    import marshal
+
+    work, extra, first, then = plan
+    if first is not None:
+        _write_message(out, marshal.dumps(first()))
+    done = work()
+    _write_message(out, marshal.dumps([done, extra() if extra is not None else None]))
     if then is not None:
-        os.close(orders_in)
+        order = _read_message(orders)
+        if order is not None:
+            _write_message(out, marshal.dumps(then(marshal.loads(order))))
+
+
+def _pidfd(pid: int) -> int:
     try:
-        pidfd = os.pidfd_open(pid)
+        return os.pidfd_open(pid)
     except OSError:  # it has ended (and, SIGCHLD ignored, been reaped): nothing to signal
-        pidfd = -1
-    return Worker(pid, read_fd, pidfd, first is not None, orders_out)
+        return -1
+
+
+def _stopped(pid: int) -> bool:
+    """Whether process ``pid`` is stopped or traced (its state in /proc, T or t)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rpartition(b")")[2].split()[:1]
+    except OSError:
+        return False  # gone: its pipe says so
+    return state in ([b"T"], [b"t"])
 
 
 _LENGTH = 8  # bytes of a message's length, before it

@@ -356,16 +356,19 @@ def test_a_link_is_served_while_another_connection_holds_a_child(
 
 def test_a_spare_never_outlives_its_server(tmp_path: Path) -> None:
     """Stopped, the server ends its spare; killed, the spare finds it gone and ends within
-    ORPHAN_CHECK (it would otherwise hold the socket, and serve, with no server)."""
+    ORPHAN_CHECK (it would otherwise hold the socket, and serve, with no server). The
+    spare's standby early worker ends with it."""
     from cached_dist.serve.server import ORPHAN_CHECK
 
     for how in (signal.SIGTERM, signal.SIGKILL):
         (tmp_path / how.name).mkdir()
         server = Server(tmp_path / how.name)
         spare = server.spare()
+        standby = _standby(server)
         server.proc.send_signal(how)
         server.proc.wait(30)
         assert _gone(spare, ORPHAN_CHECK + 5), how.name
+        assert _gone(standby.pid, 5), how.name
 
 
 PIDS_CGROUPS = Path("/sys/fs/cgroup/pids")
@@ -765,10 +768,22 @@ def test_a_served_full_hit_imports_nothing(tmp_path: Path, archive: str) -> None
         server.stop()
 
 
+def _standby(server: Server) -> psutil.Process:
+    """The spare's standby early worker (store/forked.py standby), once forked."""
+    spare = psutil.Process(server.spare())
+    deadline = time.monotonic() + 10
+    while not spare.children() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    (standby,) = spare.children()
+    return standby
+
+
 def test_a_large_regular_archive_served_with_its_shards_decoded_early(tmp_path: Path) -> None:
-    """141 jobs naming a regular archive's members: the served child starts a worker on their
-    shards before checking the job file (keys/shard_key.py start_early). Same bytes as the
-    link that compiled them, every job a hit."""
+    """141 jobs naming a regular archive's members: the served child's early worker (forked
+    by the spare before the link came) decodes their shards while the child checks the job
+    file (keys/shard_key.py start_early). Same bytes as the link that compiled them, every
+    job a hit. A standby killed or stopped before the link changes nothing but who decodes:
+    the link is still served, in bounded time, with the same bytes."""
     from benchmarks.floor_bench import build_generated, link_command
 
     src = build_generated(140, tmp_path / "gen")
@@ -784,5 +799,14 @@ def test_a_large_regular_archive_served_with_its_shards_decoded_early(tmp_path: 
         assert server.served() == 1
         assert (src / "app2").read_bytes() == (src / "app1").read_bytes()
         assert stats(cache)["shards_decoded"] == 282  # both links decoded every shard
+        for n, fault in enumerate((signal.SIGKILL, signal.SIGSTOP), start=3):
+            standby = _standby(server)
+            standby.send_signal(fault)
+            started = time.monotonic()
+            done = run(link_command("gen", f"app{n}", dist), src, env=server.env)
+            assert done.returncode == 0 and "141 jobs: 141 hits" in done.stderr, done.stderr
+            assert time.monotonic() - started < 20 and server.served() == n - 1, fault.name
+            assert (src / f"app{n}").read_bytes() == (src / "app1").read_bytes()
+            assert _gone(standby.pid, 10)  # a stopped one too: the link ended it
     finally:
         server.stop()

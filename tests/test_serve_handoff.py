@@ -75,6 +75,7 @@ class Refused:
     """A warm server's Handoff for a link that is not a full local hit."""
 
     committed = False
+    standby = None
 
     def commit(self, full_hit: bool, why: str = "not a full hit from the local cache") -> None:
         if not full_hit:

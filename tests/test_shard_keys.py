@@ -284,6 +284,7 @@ def test_an_early_worker_is_stopped_when_the_job_file_is_refused(in_dir: Path) -
 
     class Handoff:
         committed = False
+        standby = None
 
         def commit(self, full_hit: bool, why: str = "") -> None:
             raise AssertionError("never reached")
@@ -392,3 +393,161 @@ def test_a_job_that_only_imports_members_counts_as_naming_them(in_dir: Path) -> 
     assert len(early.share) == sum(1 for i in range(count + 1) if i % 3 < 2)
     assert shard_key._named(jobs) == {j.module for j in jobs}
     early.cancel()
+
+
+def write_job_file(path: Path, jobs: list[Job]) -> bytes:
+    """The job file LLD would write for ``jobs`` (as write_link makes them); its bytes."""
+    import json
+
+    path.write_text(json.dumps({
+        "common": {"linker_output": "app", "args": ["clang", "-c"], "inputs": []},
+        "jobs": [{"args": [j.module, f"-fthinlto-index={j.shard}", "-o", j.outputs[0]],
+                  "inputs": [j.module, j.shard, *j.imports], "outputs": list(j.outputs)}
+                 for j in jobs],
+    }))  # fmt: skip
+    return path.read_bytes()
+
+
+def _standby(plan: Any = None) -> Any:
+    from store.forked import standby
+
+    ready = standby(plan or (lambda m: shard_key.standby_plan(m, None)), lambda told: None,
+                    first=True, then=False)  # fmt: skip
+    assert ready is not None
+    return ready
+
+
+def test_a_told_standby_is_the_early_worker_and_gives_what_one_process_gives(
+    in_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A warm server's spare forks the early worker before its link comes (a standby); told
+    which job file the link read, it reads and parses it itself and decodes the same share a
+    worker forked now would. No process is forked for the link."""
+    from cached_dist import jobfile
+
+    count = 2 * shard_key.PARALLEL_MIN_JOBS_NATIVE + 22
+    write_link(in_dir, count)
+    raw = write_job_file(in_dir / "app.json", write_link(in_dir, count))
+    jobs = list(jobfile.load("app.json").jobs)
+    alone = prepared(jobs, parallel=1)
+    ready = _standby()
+    forks = counting_forks(monkeypatch)
+    assert ready.go(shard_key.standby_message(raw, "app.json", 2))
+    early = shard_key.start_early(jobs, 2, None, ready)
+    assert early is not None and early.worker is ready.worker and forks == []
+    here = count_decodes_here(monkeypatch)
+    keys = ShardKeys(DictMemo(), 2, early=early)
+    keys.prepare(jobs, Digests(examined(jobs)))
+    assert not early.lost and len(here) == count - len(early.share)
+    assert keys.digests == alone.digests and keys.decoded == count
+    early.cancel()
+
+
+@pytest.mark.parametrize("how", ["another file", "another directory", "another share"])
+def test_a_standby_on_other_jobs_gives_nothing_and_the_link_does_the_work(
+    in_dir: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """The standby reads the job file after the link did: a file changed in between (its
+    digest), a directory that is not the link's (its identity), or a share that is not the
+    one the link works out (its job indices, sent first) - and nothing it sends is taken."""
+    from cached_dist import jobfile
+
+    count = 2 * shard_key.PARALLEL_MIN_JOBS_NATIVE + 22
+    raw = write_job_file(in_dir / "app.json", write_link(in_dir, count))
+    jobs = list(jobfile.load("app.json").jobs)
+    alone = prepared(jobs, parallel=1)
+    message: Any = shard_key.standby_message(raw, "app.json", 2)
+    plan = None
+    if how == "another file":
+        write_job_file(in_dir / "app.json", jobs[:-1])
+    elif how == "another directory":
+        message = (message[0], [0, 0], *message[2:])
+    else:  # another share: a plan of its own, on all jobs but the first
+
+        def plan(m: Any) -> Any:
+            rest = jobs[1:]
+            first, work, learned = shard_key._early_work(rest, [j for j in rest if j.index % 2])
+            return work, learned, first, None
+
+    ready = _standby(plan)
+    assert ready.go(message)
+    early = shard_key.start_early(jobs, 2, None, ready)
+    assert early is not None and early.worker is ready.worker
+    here = count_decodes_here(monkeypatch)
+    keys = ShardKeys(DictMemo(), 2, early=early)
+    keys.prepare(jobs, Digests(examined(jobs)))
+    assert early.lost and len(here) == count  # every shard decoded here
+    assert keys.digests == alone.digests
+    early.cancel()
+
+
+def test_a_served_link_tells_its_standby_and_forks_no_worker(
+    in_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """cli.main with a warm server's Handoff holding a standby: the job file's bytes go to it
+    as they are read (flow.early_reader), and start_early takes it as the link's early
+    worker; nothing is forked during the link. (Not a full hit here: it is handed back.)"""
+    from cached_dist import cli
+    from cached_dist.serve.handoff import FallBack
+    from cached_dist.serve.server import _standby as spare_standby
+
+    count = 2 * shard_key.PARALLEL_MIN_JOBS_NATIVE + 22
+    write_job_file(in_dir / "app.json", write_link(in_dir, count))
+    ready = spare_standby()
+    assert ready is not None
+    started: list[Any] = []
+    real = shard_key.start_early
+
+    def recorded(*args: Any) -> Any:
+        early = real(*args)
+        started.append((args[3] if len(args) > 3 else None, early))
+        return early
+
+    monkeypatch.setattr(shard_key, "start_early", recorded)
+    forks = counting_forks(monkeypatch)
+
+    class Handoff:
+        committed = False
+        standby = ready
+
+        def commit(self, full_hit: bool, why: str = "") -> None:
+            assert not full_hit
+            raise FallBack(why)
+
+    with pytest.raises(FallBack):
+        cli.main(["--cache-dir=cache", "--jobs=2", "app.json"], Handoff())  # type: ignore[arg-type]
+    assert forks == []
+    ((given, early),) = started
+    assert given is ready and ready.told and early is not None and early.worker is ready.worker
+    ready.cancel()
+
+
+def test_a_small_served_link_leaves_its_standby_untold(in_dir: Path) -> None:
+    """A job file with fewer jobs than an early worker needs is not told to the standby
+    (shard_key.may_start_early, judged on the bytes before they are parsed): the standby
+    would parse it for nothing, beside the link, on the link's processors."""
+    from cached_dist import cli
+    from cached_dist.serve.handoff import FallBack
+    from cached_dist.serve.server import _standby as spare_standby
+
+    least = 2 * shard_key.PARALLEL_MIN_JOBS_NATIVE
+    write_job_file(in_dir / "small.json", write_link(in_dir, least - 1))
+    raw = (in_dir / "small.json").read_bytes()
+    assert raw.count(b'"outputs"') == least - 1 and not shard_key.may_start_early(raw)
+    assert shard_key.may_start_early(raw + b'"outputs"')
+    ready = spare_standby()
+    assert ready is not None
+
+    class Handoff:
+        committed = False
+        standby = ready
+
+        def commit(self, full_hit: bool, why: str = "") -> None:
+            raise FallBack(why)
+
+    try:
+        with pytest.raises(FallBack):
+            cli.main(["--cache-dir=cache", "--jobs=2", "small.json"], Handoff())  # type: ignore[arg-type]
+        assert not ready.told
+    finally:
+        ready.cancel()

@@ -94,7 +94,8 @@ def _main(args: list[str], handoff: Handoff | None = None) -> int:
     from .. import jobfile
     from ..link import flow
 
-    return flow.run(jobfile.load(job_file_path), options, log, handoff)
+    job_file = jobfile.load(job_file_path, flow.early_reader(options, handoff, job_file_path))
+    return flow.run(job_file, options, log, handoff)
 
 
 def run() -> None:

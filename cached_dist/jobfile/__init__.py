@@ -17,7 +17,7 @@ from ..errors import JobFileError
 
 TYPE_CHECKING = False  # typing and dataclasses cost ~15 ms of a ~100 ms cache hit
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
     from typing import Any, Literal
 
     Schema = Literal["lld", "design"]
@@ -102,8 +102,10 @@ class JobFile:
         return [*self.common_args, *job.args]
 
 
-def load(path: str) -> JobFile:
-    """Reads and validates a job file; every defect is a :class:`JobFileError` naming the spot."""
+def load(path: str, on_read: Callable[[bytes], object] | None = None) -> JobFile:
+    """Reads and validates a job file; every defect is a :class:`JobFileError` naming the spot.
+    ``on_read`` is shown its bytes before they are parsed (what a served link's early worker
+    is told: cached_dist/link/flow.py)."""
     try:
         # stat before open: opening a FIFO waits for a writer, and a device may never end.
         mode = os.stat(path).st_mode
@@ -119,6 +121,8 @@ def load(path: str) -> JobFile:
         raise JobFileError(f"job file is a directory: {path}") from None
     except OSError as e:
         raise JobFileError(f"cannot read job file {path}: {e.strerror}") from None
+    if on_read is not None:
+        on_read(raw)
     try:
         # One copy of the text at a time: a 100,000-job file is ~30 MB of it.
         text = raw.decode(detect_encoding(raw), "surrogatepass")  # as json.loads(raw)

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from typing import Any, Protocol
 
-    from store.forked import Worker
+    from store.forked import Plan, Standby, Worker
 
     class Memo(Protocol):
         def memo_get(self, namespace: str, key: str) -> str | None: ...
@@ -305,11 +305,20 @@ class Early:
         self.share = share
         self.members = members  # the link's per-link member names (_members), judged once
         self.same: set[str] = set()  # what modules() found the worker read as checked
+        self.lost = False  # it works on other jobs than these (a standby that read another file)
 
     def modules(self, digests: Digests) -> None:
         """Takes the module digests the worker sends first into ``digests`` (see
-        :meth:`take` for which), so that this process reads none of those files itself."""
-        found = _learned(self.worker.first(), digests)
+        :meth:`take` for which), so that this process reads none of those files itself.
+        The worker names the jobs it decodes first: if they are not :attr:`share`, nothing
+        it sends is taken."""
+        sent = self.worker.first()
+        try:
+            indices, *learned = sent
+            self.lost = list(indices) != [job.index for job in self.share]
+        except (ValueError, TypeError):
+            self.lost = True
+        found = None if self.lost else _learned(learned, digests)
         if found is not None:
             self.same = found[0]
 
@@ -319,6 +328,8 @@ class Early:
         found them (``digests`` holds their stat), and only the results of jobs all of whose
         files it read so. It read them before the checks: a file replaced meanwhile would
         otherwise be keyed by content nobody compiles."""
+        if self.lost:
+            return {}
         sent: list[Any] = []
         done = self.worker.collect(_revive, sent.append, len(self.share))
         found = _learned(sent[0], digests) if done is not None else None
@@ -336,8 +347,9 @@ class Early:
 
 
 def start_early(
-    jobs: Sequence[Job], parallel: int, then: Callable[[Any], Any] | None = None
-) -> Early | None:
+    jobs: Sequence[Job], parallel: int, then: Callable[[Any], Any] | None = None,
+    standby: Standby | None = None,
+) -> Early | None:  # fmt: skip
     """Starts a forked worker, when a link has enough shards that name a regular archive's
     members (per-link names: never memoized, so every link decodes them) for two processes;
     None otherwise. The worker first works out the digest of every module the jobs name, and
@@ -346,33 +358,57 @@ def start_early(
     checked. Meanwhile this process checks the job file, opens the store, decodes the other
     third and keys and looks up those jobs (compute_keys): about as long as the worker takes
     (docs/design.md, "Shards decoded from the start"). With ``then``, the worker then waits
-    for one order (``Early.worker.order``), such as placing some outputs."""
+    for one order (``Early.worker.order``), such as placing some outputs.
+
+    With a ``standby`` told of this job file already (:func:`standby_plan`), that process
+    is the worker, and none is forked."""
+    planned = _early_plan(jobs, parallel)
+    if planned is None:
+        return None
+    share, members = planned
+    if standby is not None and standby.told:
+        return Early(standby.worker, share, members)
+    from store.forked import start
+
+    first, work, learned = _early_work(jobs, share)
+    worker = start(work, learned, first, then)
+    return Early(worker, share, members) if worker is not None else None
+
+
+def _early_plan(jobs: Sequence[Job], parallel: int) -> tuple[list[Job], set[str]] | None:
+    """The early worker's share of the jobs and the link's per-link member names, when an
+    early worker is worth it (:func:`start_early`)."""
     from ..bitcode.native import NATIVE
 
     if not NATIVE or parallel < 2:
         return None
-    named = _named(jobs)
-    members = _members(named)
+    members = _members(_named(jobs))
     if not members:
         return None
     picked = [j for j in jobs if j.shard is not None and _names_any(members, j)]
     if len(picked) < 2 * PARALLEL_MIN_JOBS_NATIVE:
         return None
-    share = [job for i, job in enumerate(picked) if i % 3 < 2]
-    from store.forked import start
+    return [job for i, job in enumerate(picked) if i % 3 < 2], members
 
+
+def _early_work(
+    jobs: Sequence[Job], share: list[Job]
+) -> tuple[Callable[[], object], Callable[[], list[Decoded]], Callable[[], object]]:
+    """The early worker's first message (its share's job indices, then the digest of every
+    module the jobs name), its work (decoding its share) and what it learned on the way."""
     digests = Digests()
     paths = ModulePaths(digests)
     sent: list[Any] = [0, {}]  # how many digests and which identities went first
 
     def first() -> object:
-        for path in named:
+        for path in _named(jobs):
             try:  # noqa: SIM105 - contextlib imports collections: ~1 ms of a full hit
                 digests.of(path)
             except OSError:
                 pass  # this process finds out itself, and says so in its own words
         sent[:] = [digests.mark(), dict(digests.identities)]
-        return digests.since(0), list(digests.identities.items())
+        return ([job.index for job in share], digests.since(0),
+                list(digests.identities.items()))  # fmt: skip
 
     def work() -> list[Decoded]:
         return [_decode_task((job.index, "", None, job), paths) for job in share]
@@ -384,8 +420,52 @@ def start_early(
         return digests.since(sent[0]), [(path, seen) for path, seen in digests.identities.items()
                                         if before.get(path) != seen]  # fmt: skip
 
-    worker = start(work, learned, first, then)
-    return Early(worker, share, members) if worker is not None else None
+    return first, work, learned
+
+
+def standby_plan(message: Any, then: Callable[[Any], Any] | None) -> Plan | None:
+    """What a standby (store.forked.standby, forked by a warm server's spare before its link
+    comes) does as a link's early worker, told by :func:`standby_message`: it reads the job
+    file the link read, from the link's working directory, and works out the same share
+    (Early.modules checks it does). None, and it ends, if the directory is not the link's, the
+    file is not what the link read, or no early worker would pay."""
+    from .. import jobfile
+    from ..errors import CachedDistError
+
+    try:
+        cwd, identity, path, digest, parallel = message
+        os.chdir(str(cwd))
+        here = os.stat(".")
+        if [here.st_dev, here.st_ino] != list(identity):
+            return None
+
+        def same(raw: bytes) -> None:
+            if xxhash.xxh3_128_hexdigest(raw) != digest:
+                raise ValueError("another job file")
+
+        jobs = jobfile.load(str(path), same).jobs
+    except (ValueError, TypeError, OSError, CachedDistError):
+        return None
+    planned = _early_plan(jobs, int(parallel))
+    if planned is None:
+        return None
+    first, work, learned = _early_work(jobs, planned[0])
+    return work, learned, first, then
+
+
+def may_start_early(raw: bytes) -> bool:
+    """Whether a job file of these bytes may have enough jobs for an early worker
+    (:func:`start_early`), judged before it is parsed: LLD's job file names "outputs" once a
+    job. A served link of fewer tells its standby nothing, which then costs it nothing."""
+    return raw.count(b'"outputs"') >= 2 * PARALLEL_MIN_JOBS_NATIVE
+
+
+def standby_message(raw: bytes, path: str, parallel: int) -> object:
+    """What tells a standby of a link whose job file at ``path`` (from this process's working
+    directory) read ``raw`` (:func:`standby_plan`)."""
+    here = os.stat(".")
+    return (os.getcwd(), [here.st_dev, here.st_ino], path, xxhash.xxh3_128_hexdigest(raw),
+            parallel)  # fmt: skip
 
 
 def _named(jobs: Sequence[Job]) -> set[str]:

@@ -10,6 +10,8 @@ from ..jobfile.checks import check_job_file
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ..jobfile import JobFile
     from ..keys.shard_key import Early
     from ..log import Log
@@ -22,6 +24,7 @@ def run(job_file: JobFile, options: Options, log: Log, handoff: Handoff | None =
     server's child), only a full hit from the local cache is served."""
     started = time.monotonic()
     early: Early | None = None
+    standby = handoff.standby if handoff is not None else None
     if handoff is not None and not options.disable and options.cache_dir:
         # A warm server's child: shards a forked worker decodes while the job file is checked
         # (~2 ms less a 301-job link). Not in a process of its own, where the imports and
@@ -30,8 +33,9 @@ def run(job_file: JobFile, options: Options, log: Log, handoff: Handoff | None =
 
         from ..keys.shard_key import start_early
 
-        # The worker then places half of the outputs, once the link is committed.
-        early = start_early(job_file.jobs, options.jobs, place_order)
+        # The worker then places half of the outputs, once the link is committed. It is the
+        # standby the spare forked, if early_reader told it of this job file.
+        early = start_early(job_file.jobs, options.jobs, place_order, standby)
     try:
         # Before any output is removed, any claim taken or the cache opened: a bad job file
         # changes nothing on disk.
@@ -63,6 +67,32 @@ def run(job_file: JobFile, options: Options, log: Log, handoff: Handoff | None =
             sweep()
     log.info(summary.line(time.monotonic() - started))
     return 0
+
+
+def early_reader(
+    options: Options, handoff: Handoff | None, path: str
+) -> Callable[[bytes], None] | None:
+    """For a served link whose spare forked a standby early worker (store.forked.standby):
+    what tells it which job file to work on as soon as its bytes are read, so it reads and
+    parses that file while this process does (keys/shard_key.py ``standby_plan``). None
+    when :func:`run` would start no early worker. A standby that is not the link's worker is
+    ended by the server's child once the link and its linker are over (serve/server.py)."""
+    standby = handoff.standby if handoff is not None else None
+    if standby is None or options.disable or not options.cache_dir or options.jobs < 2:
+        return None
+
+    def tell(raw: bytes) -> None:
+        from ..keys.shard_key import may_start_early, standby_message
+
+        if not may_start_early(raw):
+            return
+        try:
+            message = standby_message(raw, path, options.jobs)
+        except OSError:  # the working directory is gone: it is not told, and is ended
+            return
+        standby.go(message)
+
+    return tell
 
 
 def _store_dirs(cache_dir: str) -> tuple[str, ...]:

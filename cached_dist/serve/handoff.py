@@ -18,6 +18,8 @@ if TYPE_CHECKING:
     import socket
     from typing import TextIO
 
+    from store.forked import Standby
+
 
 class FallBack(BaseException):
     """The client is to do the link itself. A BaseException: no ``except Exception`` on the
@@ -27,8 +29,11 @@ class FallBack(BaseException):
 class Handoff:
     """One link's commitment, over the connection to its client (see client.c's protocol)."""
 
-    def __init__(self, conn: socket.socket) -> None:
+    def __init__(self, conn: socket.socket, standby: Standby | None = None) -> None:
         self.conn = conn
+        # The link's early worker, forked by the spare before the link came, if it could be
+        # (cached_dist/link/flow.py tells it which job file, or ends it).
+        self.standby = standby
         self.committed = False
         self._streams: tuple[TextIO, TextIO] = (sys.stdout, sys.stderr)
         self._held = (_Held(sys.stdout), _Held(sys.stderr))

@@ -1,4 +1,5 @@
-"""A waiting spare copies, ahead of its link, the pages it shares with the server.
+"""A waiting spare (and its standby early worker) copies, ahead of its link, the pages it
+shares with the server.
 
 After a fork, the first write to each page the child shares with its parent copies that
 page, a fault of a few microseconds. A served link writes some hundreds of the server's

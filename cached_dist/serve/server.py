@@ -35,6 +35,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, NoReturn
 
+    from store.forked import Standby
+
     from ..log import Log
 
 #: What a full hit imports (tests/test_hot_path.py keeps that list short); a child imports
@@ -225,6 +227,7 @@ class Server:
                 signal.signal(sig, signal.SIG_DFL)  # the server ends a spare with SIGTERM
             assert self.listener is not None
             listener = self.listener
+            standby = _standby()  # first: then each process copies its own pages
             stop = in_background(lambda: _readable(listener))  # the pages its link would copy
             conn = self._accept(listener)
             stop()
@@ -239,7 +242,7 @@ class Server:
                 os._exit(0)  # the connection closes unanswered: the client links by itself
             os.write(tell, _TOOK)
             os.close(tell)
-            self._child(conn, pid)
+            self._child(conn, pid, standby)
         finally:
             os._exit(0)
 
@@ -266,18 +269,20 @@ class Server:
             if os.getppid() != self.pid:
                 return None
 
-    def _child(self, conn: socket.socket, peer_pid: int) -> NoReturn:
+    def _child(self, conn: socket.socket, peer_pid: int, standby: Standby | None) -> NoReturn:
         try:
             assert self.listener is not None
             self.listener.close()
             for sig, disposition in self.dispositions.items():
                 signal.signal(sig, disposition)
             os.setpgid(0, 0)  # not the server's: Ctrl-C on its terminal stops no link
-            outcome, linker = _serve_link(conn, peer_pid, self.identity)
+            outcome, linker = _serve_link(conn, peer_pid, self.identity, standby)
             if outcome and self.log.verbose:
                 os.write(self.log_fd, f"cached-dist: {outcome}\n".encode(errors="replace"))
             if linker >= 0:
                 _linger(conn, linker)
+            if standby is not None:  # ended already if it was the link's early worker
+                standby.cancel()  # else now, after the linker (see _linger)
         finally:
             os._exit(0)
 
@@ -405,7 +410,24 @@ def _python_settings(env: dict[str, str] | os._Environ[str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k.startswith("PYTHON")}
 
 
-def _serve_link(conn: socket.socket, peer_pid: int, identity: Identity) -> tuple[str, int]:
+def _standby() -> Standby | None:
+    """The spare's link's early worker, forked before the link comes (store.forked.standby):
+    it copies its own pages meanwhile, and the link forks no worker then (the fork, and the
+    pages both processes would copy after it, cost ~2 ms of a 301-job link). Told of the
+    link's job file, it does what keys/shard_key.py ``standby_plan`` says; a link without an
+    early worker ends it."""
+    from store.forked import standby
+    from store.placing import place_order
+
+    from ..keys.shard_key import standby_plan
+
+    return standby(lambda message: standby_plan(message, place_order), in_background,
+                   first=True, then=True)  # fmt: skip
+
+
+def _serve_link(
+    conn: socket.socket, peer_pid: int, identity: Identity, standby: Standby | None = None
+) -> tuple[str, int]:
     """The child's whole work; returns what ``--verbose`` says of it ("" for nothing), and,
     for a link it served, a pidfd of the linker that asked for it (-1 if none: see _linker)."""
     conn.settimeout(REQUEST_TIMEOUT)
@@ -433,7 +455,7 @@ def _serve_link(conn: socket.socket, peer_pid: int, identity: Identity) -> tuple
         sys.argv = [program, *argv]
         from ..cli import main
 
-        handoff = Handoff(conn)
+        handoff = Handoff(conn, standby)
         try:
             status = main(argv, handoff=handoff)
         except FallBack:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).parent.parent.parent
 
@@ -141,3 +142,144 @@ def test_collecting_leaves_the_worker_to_end_and_cancel_waits_for_it() -> None:
         raise AssertionError("not reaped")
     except ChildProcessError:
         pass
+
+
+def _plan(message: Any) -> Any:
+    """A standby's plan in these tests: ("square", n) -> first n, then the squares below n,
+    then an order's double; anything else -> nothing to do."""
+    if not (isinstance(message, tuple) and message[:1] == ("square",)):
+        return None
+    n = int(message[1])
+    return (lambda: [i * i for i in range(n)], lambda: "learned", lambda: n,
+            lambda order: 2 * order)  # fmt: skip
+
+
+def test_a_standby_does_what_it_is_told_as_a_started_worker_would(tmp_path: Path) -> None:
+    """Forked before its work is known: it runs ``wait`` (whose ``told()`` turns true when
+    the message comes), then its first message, results, extra and answer come as
+    start()'s."""
+    import time
+    from collections.abc import Callable
+
+    from store.forked import standby
+
+    mark = tmp_path / "told"
+
+    def wait(told: Callable[[], bool]) -> None:  # runs in the standby
+        deadline = time.monotonic() + 10
+        while not told() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        mark.write_text(str(told()))
+
+    ready = standby(_plan, wait, first=True, then=True)
+    assert ready is not None and not ready.told
+    time.sleep(0.3)
+    assert not mark.exists()  # still waiting
+    assert ready.go(("square", 5)) and ready.told
+    assert not ready.go(("square", 6))  # once
+    worker = ready.worker
+    assert worker.first() == 5
+    extra: list[object] = []
+    assert worker.collect(lambda v: v, extra.append, 5) == [0, 1, 4, 9, 16]
+    assert extra == ["learned"]
+    assert worker.order(21) and worker.answer() == 42
+    ready.cancel()
+    assert mark.read_text() == "True"
+
+
+def test_a_standby_with_nothing_to_do_ends_and_reads_as_failed() -> None:
+    """Told something its plan refuses, or a plan whose messages are not the ones promised
+    (no first message), or never told and cancelled: it ends without a word."""
+    import psutil
+
+    from store.forked import standby
+
+    refused = standby(_plan, lambda told: None, first=True, then=True)
+    assert refused is not None and refused.go(("cube", 3))
+    assert refused.worker.first() is None and refused.worker.collect(lambda v: v) is None
+    refused.cancel()
+
+    unpromised = standby(_plan, lambda told: None, first=False, then=True)
+    assert unpromised is not None and unpromised.go(("square", 3))
+    assert unpromised.worker.collect(lambda v: v) is None
+    unpromised.cancel()
+
+    idle = standby(_plan, lambda told: None, first=True, then=True)
+    assert idle is not None
+    pid = idle.worker.pid
+    assert psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    idle.cancel()
+    assert not psutil.pid_exists(pid) and not idle.go(("square", 3))
+
+
+def test_a_standby_that_is_gone_cannot_be_told() -> None:
+    import os
+    import signal
+    import time
+
+    from store.forked import standby
+
+    gone = standby(_plan, lambda told: None, first=True, then=True)
+    assert gone is not None
+    os.kill(gone.worker.pid, signal.SIGKILL)
+    time.sleep(0.2)
+    assert not gone.go(("square", 3))  # EPIPE
+    assert gone.worker.first() is None
+    gone.cancel()
+
+
+def test_a_stopped_worker_is_given_up_rather_than_waited_for_forever() -> None:
+    """A standby lives between links, where anyone may stop it (SIGSTOP, a debugger): a
+    link waiting for its message gives up on it within STOPPED_CHECK and does the work
+    itself (the caller sees a failed worker); cancel() still ends it."""
+    import os
+    import signal
+    import time
+
+    import psutil
+
+    from store.forked import STOPPED_CHECK, standby
+
+    stopped = standby(_plan, lambda told: None, first=True, then=True)
+    assert stopped is not None
+    pid = stopped.worker.pid
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 5
+    while psutil.Process(pid).status() != psutil.STATUS_STOPPED and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert stopped.go(("square", 3))  # into the pipe: it does not read it
+    started = time.monotonic()
+    assert stopped.worker.first() is None
+    assert time.monotonic() - started < STOPPED_CHECK + 1
+    assert stopped.worker.collect(lambda v: v) is None
+    stopped.cancel()
+    assert not psutil.pid_exists(pid)
+
+
+def test_a_standby_keeps_nothing_of_this_process_open(tmp_path: Path) -> None:
+    """As a started worker: /dev/null as its standard streams, and only its three pipes."""
+    import os
+    import time
+
+    import psutil
+
+    from store.forked import standby
+
+    mark = tmp_path / "waiting"
+
+    def wait(told: Any) -> None:  # runs in the standby, once it has let go of the rest
+        mark.write_text("")
+        while not told():
+            time.sleep(0.01)
+
+    ready = standby(_plan, wait, first=True, then=True)
+    assert ready is not None
+    deadline = time.monotonic() + 10
+    while not mark.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    process = psutil.Process(ready.worker.pid)
+    opened = sorted(f.fd for f in process.open_files())  # regular files only
+    fds = sorted(int(fd) for fd in os.listdir(f"/proc/{process.pid}/fd"))
+    ready.cancel()
+    assert fds == [0, 1, 2, 3, 4, 5]
+    assert opened == []  # /dev/null is not a regular file; nothing else of ours is open
