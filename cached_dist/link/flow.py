@@ -36,6 +36,7 @@ def run(job_file: JobFile, options: Options, log: Log, handoff: Handoff | None =
         # The worker then places half of the outputs, once the link is committed. It is the
         # standby the spare forked, if early_reader told it of this job file.
         early = start_early(job_file.jobs, options.jobs, place_order, standby)
+        handoff.early_started = early is not None
     try:
         # Before any output is removed, any claim taken or the cache opened: a bad job file
         # changes nothing on disk.

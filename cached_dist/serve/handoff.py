@@ -34,6 +34,9 @@ class Handoff:
         # The link's early worker, forked by the spare before the link came, if it could be
         # (cached_dist/link/flow.py tells it which job file, or ends it).
         self.standby = standby
+        # Set by the link: whether it had an early worker (the server's next spares then
+        # fork one ahead: cached_dist/serve/server.py _standby).
+        self.early_started = False
         self.committed = False
         self._streams: tuple[TextIO, TextIO] = (sys.stdout, sys.stderr)
         self._held = (_Held(sys.stdout), _Held(sys.stderr))

@@ -61,8 +61,9 @@ MAX_PAYLOAD = 8 << 20  # as client.c
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGCHLD,
               signal.SIGPIPE)  # fmt: skip
 # What a spare tells the server, one byte: it took a connection (fork the next spare), or
-# it found the server's code changed on disk (exit).
-_TOOK, _CHANGED = b"t", b"c"
+# it found the server's code changed on disk (exit). After a link it took, one more: whether
+# that link had an early worker, which the next spare then forks ahead (see _standby).
+_TOOK, _CHANGED, _WANTED, _UNWANTED = b"t", b"c", b"w", b"u"
 ORPHAN_CHECK = 1.0  # seconds between a waiting spare's checks that the server still runs
 #: Longest a child that served a link waits for the linker to exit (see _linger): past it,
 #: the server forks the next spare even if the linker is still at work.
@@ -94,6 +95,8 @@ class Server:
         self.pid = os.getpid()
         self.spare = -1  # the waiting child's pid
         self.report = -1  # the pipe it reports on
+        self.taken = -1  # that of the spare that took the last link, for its second word
+        self.standby_wanted = False  # the last link had an early worker: fork it ahead
         self.cannot_fork = False  # the last attempt failed (and said so)
 
     def run(self) -> int:
@@ -136,6 +139,7 @@ class Server:
             return 0
         finally:
             self._end_spare()
+            self._forget_taken()
             self._close()
 
     def _fork_spare(self) -> bool:
@@ -171,9 +175,35 @@ class Server:
             if not ready:
                 return None
             said = os.read(self.report, 1)
-            os.close(self.report)
+            if said == _TOOK:  # its second word comes after the link (_learn)
+                self._forget_taken()
+                self.taken = self.report
+            else:
+                os.close(self.report)
             self.spare = self.report = -1
             return said
+
+    def _learn(self) -> None:
+        """Takes, without waiting, the second word of the spare that took the last link:
+        whether that link had an early worker (the next spares fork one ahead if so). Not
+        said yet (another link came meanwhile), it is read after the next one, or never."""
+        if self.taken < 0:
+            return
+        try:
+            os.set_blocking(self.taken, False)
+            word = os.read(self.taken, 1)
+        except BlockingIOError:
+            return
+        except OSError:
+            word = b""
+        if word in (_WANTED, _UNWANTED):
+            self.standby_wanted = word == _WANTED
+        self._forget_taken()
+
+    def _forget_taken(self) -> None:
+        if self.taken >= 0:
+            os.close(self.taken)
+            self.taken = -1
 
     def _while_serving(self, child: int) -> None:
         """Forks the next spare only once ``child`` ends (after its link's linker, see
@@ -183,17 +213,19 @@ class Server:
         try:
             done = os.pidfd_open(child)
         except (OSError, AttributeError):  # gone already, or no pidfd (Linux < 5.3)
+            self._learn()
             return
         assert self.listener is not None
         try:
             while True:
                 try:
                     select.select([done, self.listener.fileno()], [], [])
-                    return
+                    break
                 except InterruptedError:
                     continue
         finally:
             os.close(done)
+        self._learn()
 
     def _end_spare(self) -> None:
         """Ends the spare if it still waits; one that took a link finishes it."""
@@ -227,7 +259,9 @@ class Server:
                 signal.signal(sig, signal.SIG_DFL)  # the server ends a spare with SIGTERM
             assert self.listener is not None
             listener = self.listener
-            standby = _standby()  # first: then each process copies its own pages
+            # First: then each process copies its own pages. Only after a link that had an
+            # early worker: a smaller one would pay for it (~0.7 ms of a lua link).
+            standby = _standby() if self.standby_wanted else None
             stop = in_background(lambda: _readable(listener))  # the pages its link would copy
             conn = self._accept(listener)
             stop()
@@ -241,8 +275,7 @@ class Server:
                 os.write(tell, _CHANGED)
                 os._exit(0)  # the connection closes unanswered: the client links by itself
             os.write(tell, _TOOK)
-            os.close(tell)
-            self._child(conn, pid, standby)
+            self._child(conn, pid, standby, tell)
         finally:
             os._exit(0)
 
@@ -269,14 +302,19 @@ class Server:
             if os.getppid() != self.pid:
                 return None
 
-    def _child(self, conn: socket.socket, peer_pid: int, standby: Standby | None) -> NoReturn:
+    def _child(
+        self, conn: socket.socket, peer_pid: int, standby: Standby | None, tell: int
+    ) -> NoReturn:
         try:
             assert self.listener is not None
             self.listener.close()
             for sig, disposition in self.dispositions.items():
                 signal.signal(sig, disposition)
             os.setpgid(0, 0)  # not the server's: Ctrl-C on its terminal stops no link
-            outcome, linker = _serve_link(conn, peer_pid, self.identity, standby)
+            outcome, linker, wanted = _serve_link(conn, peer_pid, self.identity, standby)
+            with contextlib.suppress(OSError):  # the server's second word from this spare
+                os.write(tell, _WANTED if wanted else _UNWANTED)
+            os.close(tell)
             if outcome and self.log.verbose:
                 os.write(self.log_fd, f"cached-dist: {outcome}\n".encode(errors="replace"))
             if linker >= 0:
@@ -415,7 +453,8 @@ def _standby() -> Standby | None:
     it copies its own pages meanwhile, and the link forks no worker then (the fork, and the
     pages both processes would copy after it, cost ~2 ms of a 301-job link). Told of the
     link's job file, it does what keys/shard_key.py ``standby_plan`` says; a link without an
-    early worker ends it."""
+    early worker ends it. Forked only after a link that had an early worker (the child that
+    served it says so, Server._learn): links that need none would pay for it."""
     from store.forked import standby
     from store.placing import place_order
 
@@ -427,16 +466,17 @@ def _standby() -> Standby | None:
 
 def _serve_link(
     conn: socket.socket, peer_pid: int, identity: Identity, standby: Standby | None = None
-) -> tuple[str, int]:
+) -> tuple[str, int, bool]:
     """The child's whole work; returns what ``--verbose`` says of it ("" for nothing), and,
-    for a link it served, a pidfd of the linker that asked for it (-1 if none: see _linker)."""
+    for a link it served, a pidfd of the linker that asked for it (-1 if none: see _linker);
+    and whether the link had an early worker."""
     conn.settimeout(REQUEST_TIMEOUT)
     try:
         request = _read_request(conn)
     except (OSError, ValueError) as e:
-        return f"dropped a malformed request ({e})", -1
+        return f"dropped a malformed request ({e})", -1, False
     if request is None:
-        return "dropped a malformed request", -1
+        return "dropped a malformed request", -1, False
     umask, ignored, program, argv, env = request
     handoff: Handoff | None = None
     fds: list[int] = []
@@ -479,16 +519,17 @@ def _serve_link(
             if linker >= 0:
                 os.close(linker)
             raise
-        return f"served {argv[-1]} (exit status {status})", linker
+        return f"served {argv[-1]} (exit status {status})", linker, handoff.early_started
     except FallBack as e:
         if handoff is not None:
             handoff.discard()
         with contextlib.suppress(OSError):
             conn.sendall(b"F")
         why = e.args[0] if e.args else "not served"
-        return f"handed back {argv[-1] if argv else '?'}: {why}", -1
+        wanted = handoff is not None and handoff.early_started
+        return f"handed back {argv[-1] if argv else '?'}: {why}", -1, wanted
     except (OSError, ValueError) as e:
-        return f"lost the client ({e})", -1
+        return f"lost the client ({e})", -1, handoff is not None and handoff.early_started
     finally:
         for fd in fds:
             os.close(fd)
