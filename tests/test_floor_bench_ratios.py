@@ -23,3 +23,17 @@ def test_a_drift_over_the_run_moves_the_ratio_of_medians_but_not_the_per_round_r
     # The ratio of medians is what a drift moves (here the C floor's outlier tips it).
     medians = results["p: C floor"].median / results["p: LLD cache"].median
     assert medians == pytest.approx(0.21 * 1.9 / 0.2 / 1.5)
+
+
+def test_serve_compare_pairs_differences() -> None:
+    """benchmarks/serve_compare.py reports paired differences: the mean, its standard error
+    (stdev / sqrt(n)) and the median, of new - old pair by pair, not of the medians."""
+    from benchmarks.serve_compare import paired
+
+    got = paired([10.0, 12.0, 11.0, 15.0], [9.0, 9.0, 10.0, 10.0])  # differences 1, 3, 1, 5
+    assert got["mean"] == 2.5 and got["median"] == 2.0 and got["pairs"] == 4
+    assert abs(got["se"] - 1.9148542155126762 / 2) < 1e-12
+    with pytest.raises(ValueError):
+        paired([1.0], [2.0])
+    with pytest.raises(ValueError):
+        paired([1.0, 2.0], [1.0])

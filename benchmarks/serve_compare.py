@@ -1,0 +1,211 @@
+"""Two warm servers side by side, this checkout against a revision: the whole link as the
+user waits for it, and the distributor's own share of it.
+
+    python -m benchmarks.serve_compare --base REV [--program gen-300] [--links 300]
+                                       [--gap 0.03] [--copies]
+
+REV's tree (``git archive``) goes to benchmarks/work/serve_compare/REV, where its C
+extensions and client are built in place. Each tree runs a ``cached-dist serve`` of its own
+on a socket of its own, with a cache of its own, warmed by two links (the first compiled by
+that tree's cached-dist, the second served). Then ``--links`` rounds: in each, one link
+through each server, the order alternating, ``--gap`` seconds after each. Every link is
+``floor_bench.link_command`` with the client as the distributor, under ``timeshim.c``: the
+distributor's own time, and the ``clang`` command's wall time, LLD's time included (the
+whole link). A change to the server can take time off the first and put it on the second:
+work moved out of the link lands on an LLD that is finishing it (docs/design.md, "After the
+link"). Printed, and saved to benchmarks/results/serve_compare.json: the paired differences
+(this checkout minus REV), their mean with its standard error and their median. Every timed
+link must be served by its server, or the run fails.
+
+Programs: those of floor_bench (lua-regular, lua-thin, gen-300, gen-3000), built where
+floor_bench builds them (reused if there). ``--copies``: outputs copied, not hard-linked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from . import lua
+from .cache_link import ROOT as CHECKOUT
+from .cache_link import byte_compile, cached_dist
+from .floor_bench import HERE, PROGRAMS, RESULTS, build_generated, link_command
+from .sources import WORK, machine
+
+ROOT = WORK / "serve_compare"
+
+
+def paired(new: list[float], old: list[float]) -> dict[str, float]:
+    """The differences ``new - old``, pair by pair: their mean, its standard error, their
+    median and how many pairs."""
+    if len(new) != len(old) or len(new) < 2:
+        raise ValueError("need two lists of the same length, at least 2")
+    diffs = [a - b for a, b in zip(new, old, strict=True)]
+    return {"mean": statistics.fmean(diffs), "se": statistics.stdev(diffs) / math.sqrt(len(diffs)),
+            "median": statistics.median(diffs), "pairs": float(len(diffs))}  # fmt: skip
+
+
+class Tree:
+    """One cached-dist: its launcher, client, server and cache."""
+
+    def __init__(self, name: str, launcher: str, client: Path) -> None:
+        self.name = name
+        self.launcher = launcher
+        self.client = client
+        self.dir = ROOT / "runs" / name.replace(" ", "-")
+        shutil.rmtree(self.dir, ignore_errors=True)
+        self.dir.mkdir(parents=True)
+        self.cache = self.dir / "cache"
+        self.own = self.dir / "own.log"
+        self.log = self.dir / "serve.log"
+        self.env = {**os.environ, "CACHED_DIST_SOCKET": str(self.dir / "s.sock")}
+        self.server: subprocess.Popen[bytes] | None = None
+        self.walls: list[float] = []
+
+    def start(self) -> None:
+        self.server = subprocess.Popen([self.launcher, "serve", "--verbose"], env=self.env,
+                                       stderr=self.log.open("w"))  # fmt: skip
+        deadline = time.monotonic() + 60
+        while "serving on" not in self.log.read_text():
+            if self.server.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{self.name}: the server did not start: {self.log.read_text()}")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.terminate()
+            self.server.wait(30)
+
+    def served(self) -> int:
+        return self.log.read_text().count(": served ")
+
+    def link(self, program: str, src: Path, shim: Path, extra: list[str]) -> float:
+        """One link through this tree's server; its wall time."""
+        args = [str(self.own), str(self.client), self.launcher, "--quiet",
+                f"--cache-dir={self.cache}", *extra]  # fmt: skip
+        cmd = link_command(
+            program,
+            "app-compare",
+            [f"-fthinlto-distributor={shim}", "-Xthinlto-distributor=" + ",".join(args)],
+        )
+        started = time.monotonic()
+        done = subprocess.run(cmd, cwd=src, env=self.env, capture_output=True, text=True)
+        took = time.monotonic() - started
+        if done.returncode != 0:
+            raise RuntimeError(f"{self.name}: the link failed: {done.stderr[-2000:]}")
+        return took
+
+    def own_times(self) -> list[float]:
+        return [float(x) for x in self.own.read_text().split()]
+
+
+def export(rev: str) -> Tree:
+    """REV's tree with its extensions and client built in place (reused if built before)."""
+    sha = subprocess.run(["git", "rev-parse", "--verify", f"{rev}^{{commit}}"], cwd=CHECKOUT,
+                         capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    dest = ROOT / sha[:12]
+    launcher = dest / "cached-dist"
+    if not launcher.exists():
+        shutil.rmtree(dest, ignore_errors=True)
+        dest.mkdir(parents=True)
+        archive = subprocess.run(["git", "archive", sha], cwd=CHECKOUT, capture_output=True,
+                                 check=True).stdout  # fmt: skip
+        subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+        subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=dest,
+                       check=True, capture_output=True)  # fmt: skip
+        byte_compile((dest / "cached_dist", dest / "store"))
+        launcher.write_text(f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {str(dest)!r})\n"
+                            "from cached_dist.cli import run\nrun()\n")  # fmt: skip
+        launcher.chmod(0o755)
+    return Tree(f"base-{sha[:12]}", str(launcher), dest / "cached_dist/serve/cached-dist-client")
+
+
+def program_source(program: str) -> Path:
+    """Where the program links, built as floor_bench builds it (reused if there)."""
+    work = WORK / "floor_bench" / program
+    if program.startswith("lua"):
+        src = work / "lua/src"
+        if (src / "liblua.a").exists():
+            return src
+        return lua.build(work / "lua", thin=program == "lua-thin")
+    return build_generated(int(program.split("-")[1]), work / "src")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.serve_compare",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--base", required=True, help="the revision to compare against")
+    parser.add_argument("--program", default="gen-300", choices=PROGRAMS)
+    parser.add_argument("--links", type=int, default=300, help="rounds (pairs of links)")
+    parser.add_argument("--gap", type=float, default=0.03, help="seconds after each link")
+    parser.add_argument("--copies", action="store_true", help="copy outputs, no --hard-link")
+    args = parser.parse_args(argv)
+    if args.links < 2:
+        parser.error("--links must be at least 2")
+    byte_compile()
+    ROOT.mkdir(parents=True, exist_ok=True)
+    shim = ROOT / "timeshim"
+    subprocess.run(["cc", "-O2", "-o", str(shim), str(HERE / "timeshim.c")], check=True)
+    src = program_source(args.program)
+    old = export(args.base)
+    new = Tree("this checkout", cached_dist(), CHECKOUT / "cached_dist/serve/cached-dist-client")
+    extra = [] if args.copies else ["--hard-link"]
+    trees = (new, old)
+    try:
+        for tree in trees:
+            tree.start()
+            for _ in range(2):  # the first compiles into its cache; the second is served
+                tree.link(args.program, src, shim, extra)
+            if tree.served() != 1:
+                raise RuntimeError(f"{tree.name}: the warm-up link was not served: "
+                                   f"{tree.log.read_text()}")  # fmt: skip
+            tree.own.write_text("")
+        for i in range(args.links):
+            for tree in trees if i % 2 == 0 else trees[::-1]:
+                tree.walls.append(tree.link(args.program, src, shim, extra))
+                time.sleep(args.gap)
+    finally:
+        for tree in trees:
+            tree.stop()
+    for tree in trees:
+        if tree.served() != 1 + args.links or len(tree.own_times()) != args.links:
+            raise RuntimeError(f"{tree.name}: not every timed link was served by its server")
+    result = {
+        "benchmark": "serve_compare", "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "machine": machine(), "base": args.base, "program": args.program,
+        "links": args.links, "gap_s": args.gap, "hard_link": not args.copies,
+        "own_ms": paired([1000 * t for t in new.own_times()], [1000 * t for t in old.own_times()]),
+        "whole_link_ms": paired([1000 * t for t in new.walls], [1000 * t for t in old.walls]),
+        "medians_ms": {tree.name: {"own": 1000 * statistics.median(tree.own_times()),
+                                   "whole link": 1000 * statistics.median(tree.walls)}
+                       for tree in trees},
+    }  # fmt: skip
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "serve_compare.json").write_text(json.dumps(result, indent=2) + "\n")
+    how = "copies" if args.copies else "--hard-link"
+    print(
+        f"{args.program}, warm server, {how}: this checkout minus {args.base}, "
+        f"{args.links} pairs, {args.gap:g} s between links"
+    )
+    for label, key in (("own time", "own_ms"), ("whole link", "whole_link_ms")):
+        d = result[key]
+        print(f"  {label:10s} mean {d['mean']:+.2f} +- {d['se']:.2f} ms, "
+              f"median {d['median']:+.2f} ms")  # fmt: skip
+    for name, m in result["medians_ms"].items():
+        print(f"  {name}: own {m['own']:.2f} ms, whole link {m['whole link']:.1f} ms (medians)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
