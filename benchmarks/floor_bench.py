@@ -100,18 +100,23 @@ def link_command(program: str, out: str, extra: list[str]) -> list[str]:
             "libmods.a", "-o", out, *extra]  # fmt: skip
 
 
+def program_source(program: str, work: Path, fresh: bool = False) -> Path:
+    """Where ``program`` links: built under ``work``, or the build a previous run left there
+    (without ``fresh``)."""
+    if program.startswith("lua") and (fresh or not (work / "lua/src/liblua.a").exists()):
+        return lua.build(work / "lua", thin=program == "lua-thin")
+    if program.startswith("lua"):
+        return work / "lua/src"
+    return build_generated(int(program.split("-")[1]), work / "src")
+
+
 def prepare(
     program: str, work: Path, floor_c: Path, shim: Path, fresh: bool
 ) -> dict[str, Callable[[], float]]:
     """Builds the program, warms every cache, saves the floors' objects; returns the six
     timed links. Without ``fresh``, a build, caches and objects left by a previous run are
     reused (the first timed links re-warm whatever is missing)."""
-    if program.startswith("lua") and (fresh or not (work / "lua/src/liblua.a").exists()):
-        src = lua.build(work / "lua", thin=program == "lua-thin")
-    elif program.startswith("lua"):
-        src = work / "lua/src"
-    else:
-        src = build_generated(int(program.split("-")[1]), work / "src")
+    src = program_source(program, work, fresh)
     ours_cache, lld_cache, pre, shards = (work / n for n in ("cache", "lld-cache", "pre", "shards"))
     ours_args = f"--quiet,--cache-dir={ours_cache}"
     dist = f"-fthinlto-distributor={cached_dist()}"
@@ -284,12 +289,18 @@ def start_server(root: Path) -> subprocess.Popen[bytes]:
     CACHED_DIST_SOCKET); its log says which links it served."""
     sock = root / "serve.sock"
     os.environ["CACHED_DIST_SOCKET"] = str(sock)
-    log = root / "serve.log"
-    server = subprocess.Popen([cached_dist(), "serve", "--verbose"], stderr=log.open("w"))
+    return launch_server(cached_dist(), root / "serve.log")
+
+
+def launch_server(
+    program: str, log: Path, env: Mapping[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """``PROGRAM serve --verbose``, its stderr in ``log``, once it says it serves."""
+    server = subprocess.Popen([program, "serve", "--verbose"], env=env, stderr=log.open("w"))
     deadline = time.monotonic() + 60
     while "serving on" not in log.read_text():
         if server.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"cached-dist serve did not start: {log.read_text()}")
+            raise RuntimeError(f"{program} serve did not start: {log.read_text()}")
         time.sleep(0.05)
     return server
 

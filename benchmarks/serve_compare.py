@@ -34,11 +34,18 @@ import sys
 import time
 from pathlib import Path
 
-from . import lua
 from .cache_link import ROOT as CHECKOUT
 from .cache_link import byte_compile, cached_dist
-from .floor_bench import HERE, PROGRAMS, RESULTS, build_generated, link_command
+from .floor_bench import (
+    HERE,
+    PROGRAMS,
+    RESULTS,
+    launch_server,
+    link_command,
+    program_source,
+)
 from .sources import WORK, machine
+from .timing import timed
 
 ROOT = WORK / "serve_compare"
 
@@ -71,13 +78,7 @@ class Tree:
         self.walls: list[float] = []
 
     def start(self) -> None:
-        self.server = subprocess.Popen([self.launcher, "serve", "--verbose"], env=self.env,
-                                       stderr=self.log.open("w"))  # fmt: skip
-        deadline = time.monotonic() + 60
-        while "serving on" not in self.log.read_text():
-            if self.server.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"{self.name}: the server did not start: {self.log.read_text()}")
-            time.sleep(0.05)
+        self.server = launch_server(self.launcher, self.log, self.env)
 
     def stop(self) -> None:
         if self.server is not None:
@@ -96,12 +97,7 @@ class Tree:
             "app-compare",
             [f"-fthinlto-distributor={shim}", "-Xthinlto-distributor=" + ",".join(args)],
         )
-        started = time.monotonic()
-        done = subprocess.run(cmd, cwd=src, env=self.env, capture_output=True, text=True)
-        took = time.monotonic() - started
-        if done.returncode != 0:
-            raise RuntimeError(f"{self.name}: the link failed: {done.stderr[-2000:]}")
-        return took
+        return timed(cmd, src, self.env)
 
     def own_times(self) -> list[float]:
         return [float(x) for x in self.own.read_text().split()]
@@ -128,17 +124,6 @@ def export(rev: str) -> Tree:
     return Tree(f"base-{sha[:12]}", str(launcher), dest / "cached_dist/serve/cached-dist-client")
 
 
-def program_source(program: str) -> Path:
-    """Where the program links, built as floor_bench builds it (reused if there)."""
-    work = WORK / "floor_bench" / program
-    if program.startswith("lua"):
-        src = work / "lua/src"
-        if (src / "liblua.a").exists():
-            return src
-        return lua.build(work / "lua", thin=program == "lua-thin")
-    return build_generated(int(program.split("-")[1]), work / "src")
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.serve_compare",
@@ -157,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     ROOT.mkdir(parents=True, exist_ok=True)
     shim = ROOT / "timeshim"
     subprocess.run(["cc", "-O2", "-o", str(shim), str(HERE / "timeshim.c")], check=True)
-    src = program_source(args.program)
+    src = program_source(args.program, WORK / "floor_bench" / args.program)
     old = export(args.base)
     new = Tree("this checkout", cached_dist(), CHECKOUT / "cached_dist/serve/cached-dist-client")
     extra = [] if args.copies else ["--hard-link"]

@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import os
 
-from .fsutil import write_all
+from .fsutil import proc_stat, write_all
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -408,8 +408,7 @@ def _pidfd(pid: int) -> int:
 def _stopped(pid: int) -> bool:
     """Whether process ``pid`` is stopped or traced (its state in /proc, T or t)."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            state = f.read().rpartition(b")")[2].split()[:1]
+        state = proc_stat(pid)[:1]
     except OSError:
         return False  # gone: its pipe says so
     return state in ([b"T"], [b"t"])

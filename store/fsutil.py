@@ -212,3 +212,17 @@ def unlink_quietly(path: str) -> None:
         os.unlink(path)
     except OSError:
         pass
+
+
+def proc_stat(pid: int) -> list[bytes]:
+    """The fields of /proc/PID/stat after the process's name (state, parent, ...: field 3
+    on is [0] on), which may hold anything, even parentheses and spaces, so they are read
+    after the last one. OSError if the process cannot be read (gone, say)."""
+    fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        parts = []
+        while chunk := os.read(fd, 4096):
+            parts.append(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(parts).rpartition(b")")[2].split()

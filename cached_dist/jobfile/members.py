@@ -138,13 +138,13 @@ def socket_host() -> str:
 def process_start(pid: int) -> str:
     """The process's start time in clock ticks since boot ("" if unknown): with the pid, it
     tells a live owner from a later process that reuses its pid."""
+    from store.fsutil import proc_stat
+
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            text = f.read().decode("ascii", "replace")
+        fields = proc_stat(pid)
     except OSError:
         return ""
-    fields = text.rpartition(")")[2].split()
-    return fields[19] if len(fields) > 19 else ""
+    return fields[19].decode("ascii", "replace") if len(fields) > 19 else ""
 
 
 def read_markers(directory: str, *, fresh: bool = False) -> list[Marker]:

@@ -311,7 +311,8 @@ class Server:
             for sig, disposition in self.dispositions.items():
                 signal.signal(sig, disposition)
             os.setpgid(0, 0)  # not the server's: Ctrl-C on its terminal stops no link
-            outcome, linker, wanted = _serve_link(conn, peer_pid, self.identity, standby)
+            outcome, linker, handoff = _serve_link(conn, peer_pid, self.identity, standby)
+            wanted = handoff is not None and handoff.early_started
             with contextlib.suppress(OSError):  # the server's second word from this spare
                 os.write(tell, _WANTED if wanted else _UNWANTED)
             os.close(tell)
@@ -466,17 +467,17 @@ def _standby() -> Standby | None:
 
 def _serve_link(
     conn: socket.socket, peer_pid: int, identity: Identity, standby: Standby | None = None
-) -> tuple[str, int, bool]:
+) -> tuple[str, int, Handoff | None]:
     """The child's whole work; returns what ``--verbose`` says of it ("" for nothing), and,
     for a link it served, a pidfd of the linker that asked for it (-1 if none: see _linker);
-    and whether the link had an early worker."""
+    and the link's Handoff, if it got that far (whether it had an early worker)."""
     conn.settimeout(REQUEST_TIMEOUT)
     try:
         request = _read_request(conn)
     except (OSError, ValueError) as e:
-        return f"dropped a malformed request ({e})", -1, False
+        return f"dropped a malformed request ({e})", -1, None
     if request is None:
-        return "dropped a malformed request", -1, False
+        return "dropped a malformed request", -1, None
     umask, ignored, program, argv, env = request
     handoff: Handoff | None = None
     fds: list[int] = []
@@ -519,17 +520,16 @@ def _serve_link(
             if linker >= 0:
                 os.close(linker)
             raise
-        return f"served {argv[-1]} (exit status {status})", linker, handoff.early_started
+        return f"served {argv[-1]} (exit status {status})", linker, handoff
     except FallBack as e:
         if handoff is not None:
             handoff.discard()
         with contextlib.suppress(OSError):
             conn.sendall(b"F")
         why = e.args[0] if e.args else "not served"
-        wanted = handoff is not None and handoff.early_started
-        return f"handed back {argv[-1] if argv else '?'}: {why}", -1, wanted
+        return f"handed back {argv[-1] if argv else '?'}: {why}", -1, handoff
     except (OSError, ValueError) as e:
-        return f"lost the client ({e})", -1, handoff is not None and handoff.early_started
+        return f"lost the client ({e})", -1, handoff
     finally:
         for fd in fds:
             os.close(fd)
@@ -656,14 +656,10 @@ def _linker(job_file: str, client: int) -> int:
 
 
 def _parent(pid: int) -> int:
-    """The parent of process ``pid`` (/proc/PID/stat; the name before it may hold anything,
-    even parentheses, so the fields are read after the last one)."""
-    fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        stat = os.read(fd, 4096)
-    finally:
-        os.close(fd)
-    return int(stat.rpartition(b")")[2].split()[1])
+    """The parent of process ``pid``; OSError if it cannot be read."""
+    from store.fsutil import proc_stat
+
+    return int(proc_stat(pid)[1])
 
 
 def _linger(conn: socket.socket, linker: int) -> None:
