@@ -1,5 +1,6 @@
 """Builds the optional native parts: the shard canonicalizer (cached_dist/bitcode/_shard.c),
-the input reader (cached_dist/keys/_read.c) and the warm server's client
+the input reader (cached_dist/keys/_read.c), the hard-link placer (store/_link.c) and the warm
+server's client
 (cached_dist/serve/client.c, an executable in the package).
 
 Everything else is declared in pyproject.toml. All are optional: when they cannot be built
@@ -51,6 +52,12 @@ setup(
         Extension(
             "cached_dist.keys._read",
             ["cached_dist/keys/_read.c"],
+            optional=True,
+            extra_compile_args=["-O2", "-std=gnu99", "-Wall"],
+        ),
+        Extension(
+            "store._link",
+            ["store/_link.c"],
             optional=True,
             extra_compile_args=["-O2", "-std=gnu99", "-Wall"],
         ),

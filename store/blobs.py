@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 _CHUNK = 4 << 20
 #: A hit refreshes the blob's mtime (its LRU clock) only when it is older than this, to spare
 #: metadata writes on hot blobs.
-_TOUCH_AFTER = 60.0
+TOUCH_AFTER = 60.0
 
 
 class Outcome:
@@ -351,7 +351,7 @@ def _hash_fd(fd: int) -> str:
 
 def _touch(src: int, st: os.stat_result) -> None:
     """Refresh a served blob's LRU clock, unless it was refreshed lately."""
-    if time.time() - st.st_mtime > _TOUCH_AFTER:
+    if time.time() - st.st_mtime > TOUCH_AFTER:
         # A read-only cache still serves hits; it just cannot age them.
         try:
             os.utime(src)

@@ -13,8 +13,15 @@ import errno
 import os
 import time
 
-from .blobs import Blobs
+import xxhash
+
+from .blobs import TOUCH_AFTER, Blobs, Outcome
 from .fsutil import Modes
+
+try:  # the native placer (_link.c): ~5 us less an output than copy_out's Python
+    from ._link import link_blobs as native_link_blobs
+except ImportError:  # built without a C compiler: copy_out places every output
+    native_link_blobs = None  # type: ignore[assignment]
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -33,7 +40,21 @@ if TYPE_CHECKING:
 
 def place(blobs: Blobs, hard_link: bool, plans: Sequence[Plan]) -> list[Any]:
     """Each plan's [outcome, seconds]: an Outcome, or [errno, strerror, filename] for an
-    OSError (told to the caller, which reports it)."""
+    OSError (told to the caller, which reports it). Hard links go through the native placer
+    (store/_link.c) when it is built; what it hands back, the rare case, is placed here."""
+    if hard_link and native_link_blobs is not None and plans:
+        linked = native_link_blobs(blobs.dir, plans, xxhash.xxh3_128_hexdigest,
+                                   time.time() - TOUCH_AFTER)  # fmt: skip
+        if None not in linked:
+            return [[Outcome.OK, took] for took in linked]
+        rest = iter(_place(blobs, hard_link, [p for p, t in zip(plans, linked, strict=True)
+                                              if t is None]))  # fmt: skip
+        return [[Outcome.OK, took] if took is not None else next(rest) for took in linked]
+    return _place(blobs, hard_link, plans)
+
+
+def _place(blobs: Blobs, hard_link: bool, plans: Sequence[Plan]) -> list[Any]:
+    """:func:`place`, one plan after another, in Python (copy_out)."""
     done: list[Any] = []
     unstaged: set[str] = set()  # output directories the stage turned out not to reach
     for digest, size, dest, stage in plans:

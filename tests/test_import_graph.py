@@ -23,6 +23,8 @@ def modules() -> dict[str, Path]:
     for package in PACKAGES:
         for path in (ROOT / package).rglob("*.py"):
             found[module_name(path)] = path
+        for path in (ROOT / package).rglob("*.pyi"):  # a C extension's stub: a module too
+            found.setdefault(module_name(path), path)
     return found
 
 

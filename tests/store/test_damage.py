@@ -375,9 +375,9 @@ def test_a_helper_places_every_other_output_and_one_that_failed_leaves_them_here
     leaves them all to this process. Either way every output is placed and verified."""
     import signal
 
-    from store.blobs import Blobs
+    import store.store
     from store.forked import start
-    from store.placing import place_order
+    from store.placing import place, place_order
     from store.store import HELPER_MIN_OUTPUTS
 
     s = Store(tmp_path / "c", hard_link=hard_link)
@@ -386,11 +386,10 @@ def test_a_helper_places_every_other_output_and_one_that_failed_leaves_them_here
         assert put(s, tmp_path, key, content(key, 50 + i))
     manifests = [m for k in keys if (m := s.get(k)) is not None]
     here: list[str] = []  # what this process placed
-    real = Blobs.copy_out
 
-    def counted(self: Blobs, digest: str, size: int, dest: str, *args: Any) -> str:
-        here.append(dest)
-        return real(self, digest, size, dest, *args)
+    def counted(blobs: Any, hard_link: bool, plans: Any) -> Any:
+        here.extend(dest for _, _, dest, _ in plans)
+        return place(blobs, hard_link, plans)
 
     for case in ("helped", "died", "busy"):
         helper = start(list, then=place_order)
@@ -404,7 +403,7 @@ def test_a_helper_places_every_other_output_and_one_that_failed_leaves_them_here
         items = [(m, {"obj": str(out / f"{k}.o")}) for k, m in zip(keys, manifests, strict=True)]
         here.clear()
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(Blobs, "copy_out", counted)  # in this process only
+            mp.setattr(store.store, "place", counted)  # in this process only
             took = s.materialize_many(items, 1, helper)
         helper.cancel()
         assert None not in took

@@ -1,0 +1,9 @@
+from collections.abc import Callable, Sequence
+
+def link_blobs(
+    blob_dir: str,
+    plans: Sequence[tuple[object, ...]],
+    hexdigest: Callable[[bytes], str],
+    touch_before: float,
+    /,
+) -> list[float | None]: ...

@@ -1,0 +1,192 @@
+"""The native hard-link placer (store/_link.c) against copy_out's Python code: it places an
+output only where everything is as expected, hands every other case back untouched, and a
+placing through it ends as one without it."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import xxhash
+
+from store import Store, placing
+from store.blobs import TOUCH_AFTER, Blobs
+from store.fsutil import Modes
+from tests.store.helpers import content, write
+
+_SANITIZED = os.environ.get("CACHED_DIST_SANITIZED_LINK")
+if _SANITIZED:  # scripts/sanitize: this file runs against its AddressSanitizer/UBSan build
+    import importlib.util
+
+    _spec = importlib.util.spec_from_file_location("_link", _SANITIZED)
+    assert _spec is not None and _spec.loader is not None
+    _built = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(_built)
+    placing.__dict__["native_link_blobs"] = _built.link_blobs  # what placing.place calls
+
+native: Any = placing.__dict__["native_link_blobs"]
+needs_native = pytest.mark.skipif(native is None, reason="the C extension is not built")
+
+
+def test_ci_builds_the_native_placer() -> None:
+    """CI installs with a C compiler (scripts/setup): there the placer must be present."""
+    if os.environ.get("CI", "").lower() not in ("", "0", "false"):
+        assert native is not None
+    elif native is None:
+        pytest.skip("the C extension is not built (CI is not set)")
+
+
+def _blob(blobs: Blobs, tmp: Path, data: bytes) -> str:
+    digest, _, _ = blobs.ingest(write(tmp / "src", data))
+    return digest
+
+
+def _link_one(blobs: Blobs, plan: tuple[Any, ...], hexdigest: Callable[[bytes], Any] | None = None,
+              touch_before: float = 0.0) -> float | None:  # fmt: skip
+    assert native is not None
+    (took,) = native(blobs.dir, [plan], hexdigest or xxhash.xxh3_128_hexdigest, touch_before)
+    assert took is None or isinstance(took, float)
+    return took
+
+
+@needs_native
+def test_an_intact_blob_is_linked_and_timed(tmp_path: Path) -> None:
+    blobs = Blobs(str(tmp_path / "c"), Modes(False))
+    data = content("a", 5000)
+    digest = _blob(blobs, tmp_path, data)
+    dest = tmp_path / "out.o"
+    took = _link_one(blobs, (digest, len(data), str(dest), None))
+    assert isinstance(took, float) and 0 <= took < 5
+    assert dest.read_bytes() == data
+    assert dest.stat().st_ino == os.stat(blobs.path(digest)).st_ino
+
+
+def _damaged(path: str) -> None:
+    with open(path, "r+b") as f:
+        first = f.read(1)
+        f.seek(0)
+        f.write(bytes([first[0] ^ 1]))
+
+
+@needs_native
+@pytest.mark.parametrize("case", [
+    "missing blob", "other size", "other content", "destination exists", "no such directory",
+    "upper-case digest", "short digest", "digest with a slash", "NUL in destination",
+    "not a tuple", "short tuple", "size not an int", "negative size", "hash raises",
+    "hash gives bytes",
+])  # fmt: skip
+def test_anything_unexpected_is_handed_back_untouched(tmp_path: Path, case: str) -> None:
+    """None, nothing written at the destination, the blob as it was: the caller's Python
+    path then decides (drops a damaged blob, replaces an existing output, reports an error)."""
+    blobs = Blobs(str(tmp_path / "c"), Modes(False))
+    data = content("b", 3000)
+    digest = _blob(blobs, tmp_path, data)
+    path = blobs.path(digest)
+    dest = tmp_path / "out.o"
+    plan: Any = (digest, len(data), str(dest), None)
+    hexdigest: Callable[[bytes], Any] | None = None
+    if case == "missing blob":
+        os.unlink(path)
+    elif case == "other size":
+        plan = (digest, len(data) + 1, str(dest))
+    elif case == "other content":
+        _damaged(path)
+    elif case == "destination exists":
+        dest.write_bytes(b"an earlier output")
+    elif case == "no such directory":
+        plan = (digest, len(data), str(tmp_path / "nowhere" / "out.o"))
+    elif case == "upper-case digest":
+        plan = (digest.upper(), len(data), str(dest))
+    elif case == "short digest":
+        plan = (digest[:-1], len(data), str(dest))
+    elif case == "digest with a slash":
+        plan = ("../" + digest[3:], len(data), str(dest))
+    elif case == "NUL in destination":
+        plan = (digest, len(data), str(dest) + "\0x")
+    elif case == "not a tuple":
+        plan = [digest, len(data), str(dest)]
+    elif case == "short tuple":
+        plan = (digest, len(data))
+    elif case == "size not an int":
+        plan = (digest, str(len(data)), str(dest))
+    elif case == "negative size":
+        plan = (digest, -1, str(dest))
+    elif case == "hash raises":
+
+        def hexdigest(raw: bytes) -> str:
+            raise RuntimeError("no hash today")
+    elif case == "hash gives bytes":
+
+        def hexdigest(raw: bytes) -> bytes:
+            return xxhash.xxh3_128_hexdigest(raw).encode()
+
+    before = os.stat(path) if os.path.exists(path) else None
+    assert _link_one(blobs, plan, hexdigest) is None
+    if case == "destination exists":
+        assert dest.read_bytes() == b"an earlier output"
+    else:
+        assert not dest.exists()
+    if before is not None:
+        after = os.stat(path)
+        assert (after.st_nlink, after.st_mtime_ns) == (before.st_nlink, before.st_mtime_ns)
+
+
+@needs_native
+def test_a_stale_blob_is_touched_a_fresh_one_is_not(tmp_path: Path) -> None:
+    """The LRU clock as copy_out keeps it: refreshed only when older than TOUCH_AFTER."""
+    blobs = Blobs(str(tmp_path / "c"), Modes(False))
+    data = content("c", 2000)
+    digest = _blob(blobs, tmp_path, data)
+    path = blobs.path(digest)
+    old = time.time() - 2 * TOUCH_AFTER
+    os.utime(path, (old, old))
+    assert _link_one(blobs, (digest, len(data), str(tmp_path / "one.o")), touch_before=old - 1)
+    assert os.stat(path).st_mtime == pytest.approx(old, abs=1e-3)
+    assert _link_one(blobs, (digest, len(data), str(tmp_path / "two.o")),
+                     touch_before=time.time() - TOUCH_AFTER)  # fmt: skip
+    assert os.stat(path).st_mtime > time.time() - 5
+
+
+@needs_native
+def test_a_placing_ends_as_it_does_without_the_placer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch of intact, damaged and missing blobs and an existing output, through
+    Store.materialize_many with and without the native placer: the same outcomes, the same
+    outputs, the damaged and missing entries dropped either way."""
+    results = []
+    for use_native in (True, False):
+        if not use_native:
+            monkeypatch.setattr(placing, "native_link_blobs", None)
+        root = tmp_path / ("native" if use_native else "python")
+        s = Store(root / "c", hard_link=True)
+        keys = [f"{i:04x}" for i in range(8)]
+        for i, key in enumerate(keys):
+            assert s.put(key, {"obj": write(root / f"src-{key}", content(key, 100 + i))},
+                         duration=1.0, toolchain="t", key_version=1)  # fmt: skip
+        manifests = [m for k in keys if (m := s.get(k)) is not None]
+        assert len(manifests) == len(keys)
+        damaged, missing = (m.outputs["obj"][0] for m in manifests[1:3])
+        _damaged(str(Path(s.root) / "blobs" / damaged[:2] / damaged[2:]))
+        os.unlink(Path(s.root) / "blobs" / missing[:2] / missing[2:])
+        out = root / "out"
+        out.mkdir()
+        (out / f"{keys[3]}.o").write_bytes(b"an earlier output")
+        took = s.materialize_many([(m, {"obj": str(out / f"{k}.o")})
+                                   for k, m in zip(keys, manifests, strict=True)], 1)  # fmt: skip
+        placed = [t is not None for t in took]
+        outputs = {p.name: p.read_bytes() for p in sorted(out.iterdir())}
+        linked = [
+            (out / f"{k}.o").stat().st_nlink > 1 for k, ok in zip(keys, placed, strict=True) if ok
+        ]
+        gone = [s.get(k) is None for k in keys]
+        results.append((placed, outputs, linked, gone))
+    assert results[0] == results[1]
+    placed, outputs, linked, gone = results[0]
+    assert placed == [True, False, False, True, True, True, True, True]
+    assert all(linked) and gone == [False, True, True, False, False, False, False, False]
+    assert outputs[f"{keys[3]}.o"] == content(keys[3], 103)
