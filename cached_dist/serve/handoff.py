@@ -16,6 +16,7 @@ import sys
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import socket
+    from collections.abc import Callable
     from typing import TextIO
 
     from store.forked import Standby
@@ -37,6 +38,8 @@ class Handoff:
         # Set by the link: whether it had an early worker (the server's next spares then
         # fork one ahead: cached_dist/serve/server.py _standby).
         self.early_started = False
+        # What the link leaves for after its status (later()): the client need not wait.
+        self.after: list[Callable[[], object]] = []
         self.committed = False
         self._streams: tuple[TextIO, TextIO] = (sys.stdout, sys.stderr)
         self._held = (_Held(sys.stdout), _Held(sys.stderr))
@@ -66,6 +69,20 @@ class Handoff:
                     stream.flush()
                 except (OSError, ValueError):
                     pass  # a closed stream, as Log itself treats one
+
+    def later(self, work: Callable[[], object]) -> None:
+        """Leaves ``work`` for after the client has its status (:meth:`run_after`): what the
+        link's outputs do not depend on, such as its statistics, which LLD need not wait for."""
+        self.after.append(work)
+
+    def run_after(self) -> None:
+        """Does what was left for later, best effort: the status is given, nobody to tell."""
+        work, self.after = self.after, []
+        for each in work:
+            try:  # noqa: SIM105 - contextlib imports collections: ~1 ms of a full hit
+                each()
+            except Exception:
+                pass
 
     def discard(self) -> None:
         """Drops what was held back (the client's own run will say it again)."""

@@ -520,6 +520,8 @@ def _serve_link(
             if linker >= 0:
                 os.close(linker)
             raise
+        finally:
+            handoff.run_after()  # the link's statistics and memos: LLD goes on meanwhile
         return f"served {argv[-1]} (exit status {status})", linker, handoff
     except FallBack as e:
         if handoff is not None:
