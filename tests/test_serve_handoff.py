@@ -259,3 +259,49 @@ def test_a_served_links_statistics_wait_for_its_status(
     handoff.run_after()
     assert handoff.after == []
     assert Store(tmp_path / "cache").stats()["hits"] == hits_before + 4
+
+
+def test_a_served_links_early_worker_is_ended_after_its_status(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An early worker whose work was all read (a full hit: its decoding taken, its share
+    of the outputs placed) only has to end: the link leaves that for after its status. One
+    still busy is stopped before (see test_shard_keys: a refused job file)."""
+    import psutil
+
+    from cached_dist.jobfile import JobFile
+    from cached_dist.keys import shard_key, toolchain
+    from cached_dist.keys.compute import compute_keys
+    from cached_dist.keys.key import KEY_FORMAT
+    from cached_dist.link import flow
+    from cached_dist.link.cached import output_roles
+    from cached_dist.log import Log
+    from cached_dist.options import Options
+    from store import Store
+
+    from .test_shard_keys import DictMemo, write_link
+
+    monkeypatch.chdir(tmp_path)
+    jobs = write_link(tmp_path, 2 * shard_key.PARALLEL_MIN_JOBS_NATIVE)
+    jf = JobFile(str(tmp_path / "app.json"), "lld", "app", None, ("/bin/true", "-c"), (),
+                 tuple(jobs))  # fmt: skip
+    store = Store(tmp_path / "cache")
+    for k in compute_keys(jf, toolchain.NoMemo(), shard_key.ShardKeys(DictMemo(), 1)):
+        assert k.key is not None
+        Path(k.job.outputs[0]).write_bytes(b"object %d" % k.job.index)
+        store.put(k.key, output_roles(k.job), duration=0.1, toolchain=k.toolchain,
+                  key_version=KEY_FORMAT, meta={})  # fmt: skip
+        os.unlink(k.job.outputs[0])
+    before = {p.pid for p in psutil.Process().children()}
+    child, client = socket.socketpair()
+    with child, client, streams():
+        handoff = Handoff(child)
+        client.sendall(b"G")
+        assert flow.run(jf, Options(jobs=2, cache_dir=str(tmp_path / "cache")), Log(),
+                        handoff) == 0  # fmt: skip
+    assert handoff.committed and handoff.early_started
+    assert all(Path(j.outputs[0]).read_bytes() == b"object %d" % j.index for j in jobs)
+    left = {p.pid for p in psutil.Process().children()} - before
+    assert len(left) == 1 and len(handoff.after) == 2  # the worker; the statistics too
+    handoff.run_after()
+    assert {p.pid for p in psutil.Process().children()} == before
