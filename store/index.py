@@ -301,6 +301,11 @@ class Index:
         finally:
             self.rows.drop(_ENTRY + key)
 
+    @staticmethod
+    def pack_row(name: str) -> str:
+        """The row key of pack ``name`` (store/pack.py reads it ahead with a Rows of its own)."""
+        return _PACK + name
+
     def get_pack(self, name: str) -> bytes | None:
         """A pack's bytes from its row file (store/pack.py); None when there is none: the
         database has no packs, so a missing one costs no sqlite."""

@@ -109,6 +109,8 @@ class Store:
         # Packs read (store/pack.py): name -> (its raw manifests, the keys it answered).
         self._packs: dict[str, tuple[dict[str, Any], set[str]]] = {}
         self._from_pack: dict[str, Manifest] = {}  # what packs answered, by key
+        self._built: dict[str, dict[str, Manifest]] = {}  # packs read ahead: their manifests
+        self.packs_read_ahead = 0  # how many packs lookup() took as read ahead
         try:
             self._modes.makedirs(self.root)
             self._index = Index(self.root, self._modes, self.max_size, self._index_damaged)
@@ -214,17 +216,29 @@ class Store:
     ) -> list[str]:
         """Puts into ``found`` what pack ``name`` holds of ``keys``; returns the others."""
         held = self._packs.get(name)
+        built: dict[str, Manifest] | None = None
         if held is None:
-            from .pack import FORMAT, decode
+            from .pack import FORMAT, decode, taken_ahead
 
             data = index.get_pack(f"{FORMAT}:{name}")
-            held = self._packs[name] = (decode(data) if data is not None else {}, set())
+            ahead = taken_ahead(self.root, name, data)
+            if ahead is not None:  # read ahead by a warm server's spare: built already
+                held = self._packs[name] = (ahead[0], set())
+                built = self._built[name] = ahead[1]
+                self.packs_read_ahead += 1
+            else:
+                held = self._packs[name] = (decode(data) if data is not None else {}, set())
+        else:
+            built = self._built.get(name)
         from .pack import manifest
 
         raw, answered = held
         rest: list[str] = []
         for key in keys:
-            found_here = manifest(key, raw[key]) if key in raw else None
+            if built is not None:
+                found_here = built.get(key)
+            else:
+                found_here = manifest(key, raw[key]) if key in raw else None
             if found_here is None:
                 rest.append(key)
             else:

@@ -111,6 +111,31 @@ def cached_shapes(tmp_path: Path, server: Server) -> tuple[Project, Path]:
     return project, cache
 
 
+def test_the_next_spare_reads_the_served_targets_pack_ahead(tmp_path: Path, server: Server) -> None:
+    """A served link tells its server its target's pack; the spare forked after it reads
+    that pack before its own link comes (store/pack.py read_ahead), and a link of the same
+    target takes its manifests from there. A pack rewritten meanwhile (here by a link of
+    the target at -O1, through cached-dist alone) is read as it is: every link a full hit
+    with the right bytes either way."""
+    project, cache = cached_shapes(tmp_path, server)  # compiled, handed back: no pack told
+
+    def served_app(opt: str = "-O2") -> str:
+        done = project.link(distributor=CLIENT, env=server.env, opt=opt,
+                            distributor_args=[cached_dist_exe(), f"--cache-dir={cache}"])  # fmt: skip
+        assert done.returncode == 0 and "4 jobs: 4 hits" in done.stderr, done.stderr
+        assert project.run_program("app") == project.expected_output
+        server.spare()  # forked after the link's child ended: it knows what that child told
+        return [line for line in server.text().splitlines() if ": served " in line][-1]
+
+    assert "read ahead" not in served_app()  # the last link was handed back: none told
+    assert served_app().endswith("(its target's pack read ahead)")
+    assert served_app().endswith("(its target's pack read ahead)")
+    other = project.link(opt="-O1", distributor_args=[f"--cache-dir={cache}"])
+    assert other.returncode == 0 and "4 jobs: 0 hits" in other.stderr  # a new pack
+    assert "read ahead" not in served_app()  # read as it is now: the -O2 entries' rows
+    assert served_app().endswith("(its target's pack read ahead)")
+
+
 @pytest.mark.parametrize("archive", ["thin", "regular"])
 def test_full_hit_served_by_the_server_is_byte_identical(
     tmp_path: Path, server: Server, archive: str

@@ -416,6 +416,9 @@ def run_cached(
 
             if handoff is not None:  # a warm server's child: after the client's status
                 handoff.later(leave_traces)
+                if link.pack is not None:
+                    handoff.pack = (store.root, link.pack)
+                handoff.pack_read_ahead = store.packs_read_ahead > 0
             else:
                 leave_traces()
     return link.summary

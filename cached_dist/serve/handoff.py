@@ -40,6 +40,10 @@ class Handoff:
         self.early_started = False
         # What the link leaves for after its status (later()): the client need not wait.
         self.after: list[Callable[[], object]] = []
+        # Set by the link: its target's pack (store root, name), which the server's next
+        # spare reads ahead (store/pack.py), and whether this link's pack was read so.
+        self.pack: tuple[str, str] | None = None
+        self.pack_read_ahead = False
         self.committed = False
         self._streams: tuple[TextIO, TextIO] = (sys.stdout, sys.stderr)
         self._held = (_Held(sys.stdout), _Held(sys.stderr))

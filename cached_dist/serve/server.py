@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import gc
 import os
 import select
@@ -25,6 +26,8 @@ import signal
 import socket
 import struct
 import sys
+
+from store.pack import read_ahead
 
 from ..errors import UsageError
 from . import default_socket
@@ -64,6 +67,7 @@ _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, sign
 # it found the server's code changed on disk (exit). After a link it took, one more: whether
 # that link had an early worker, which the next spare then forks ahead (see _standby).
 _TOOK, _CHANGED, _WANTED, _UNWANTED = b"t", b"c", b"w", b"u"
+_SAID_MAX = 4096  # the second word and the pack's name: one write to a pipe, whole (PIPE_BUF)
 ORPHAN_CHECK = 1.0  # seconds between a waiting spare's checks that the server still runs
 #: Longest a child that served a link waits for the linker to exit (see _linger): past it,
 #: the server forks the next spare even if the linker is still at work.
@@ -96,6 +100,7 @@ class Server:
         self.spare = -1  # the waiting child's pid
         self.report = -1  # the pipe it reports on
         self.taken = -1  # that of the spare that took the last link, for its second word
+        self.pack: tuple[str, str] | None = None  # the last link's pack, for spares to read
         self.standby_wanted = False  # the last link had an early worker: fork it ahead
         self.cannot_fork = False  # the last attempt failed (and said so)
 
@@ -185,19 +190,22 @@ class Server:
 
     def _learn(self) -> None:
         """Takes, without waiting, the second word of the spare that took the last link:
-        whether that link had an early worker (the next spares fork one ahead if so). Not
-        said yet (another link came meanwhile), it is read after the next one, or never."""
+        whether that link had an early worker (the next spares fork one ahead if so), then
+        the target's pack it served from, if any (the next spares read it ahead: _spare).
+        Not said yet (another link came meanwhile), it is read after the next one, or never."""
         if self.taken < 0:
             return
         try:
             os.set_blocking(self.taken, False)
-            word = os.read(self.taken, 1)
+            said = os.read(self.taken, _SAID_MAX)
         except BlockingIOError:
             return
         except OSError:
-            word = b""
+            said = b""
+        word, pack = said[:1], _pack_said(said[1:])
         if word in (_WANTED, _UNWANTED):
             self.standby_wanted = word == _WANTED
+            self.pack = pack
         self._forget_taken()
 
     def _forget_taken(self) -> None:
@@ -262,7 +270,10 @@ class Server:
             # First: then each process copies its own pages. Only after a link that had an
             # early worker: a smaller one would pay for it (~0.7 ms of a lua link).
             standby = _standby() if self.standby_wanted else None
-            stop = in_background(lambda: _readable(listener))  # the pages its link would copy
+            pack = self.pack
+            first = None if pack is None else functools.partial(read_ahead, *pack)
+            # The pack its link will likely read, then the pages it would copy.
+            stop = in_background(lambda: _readable(listener), first)
             conn = self._accept(listener)
             stop()
             if conn is None:
@@ -313,8 +324,11 @@ class Server:
             os.setpgid(0, 0)  # not the server's: Ctrl-C on its terminal stops no link
             outcome, linker, handoff = _serve_link(conn, peer_pid, self.identity, standby)
             wanted = handoff is not None and handoff.early_started
+            word = _WANTED if wanted else _UNWANTED
+            if outcome and handoff is not None and handoff.pack_read_ahead:
+                outcome += " (its target's pack read ahead)"
             with contextlib.suppress(OSError):  # the server's second word from this spare
-                os.write(tell, _WANTED if wanted else _UNWANTED)
+                os.write(tell, word + _pack_word(handoff.pack if handoff is not None else None))
             os.close(tell)
             if outcome and self.log.verbose:
                 os.write(self.log_fd, f"cached-dist: {outcome}\n".encode(errors="replace"))
@@ -391,6 +405,32 @@ def _readable(sock: socket.socket) -> bool:
         return bool(select.select([sock], [], [], 0)[0])
     except (OSError, ValueError):
         return True  # look no further: accept() will say what is wrong
+
+
+def _pack_word(pack: tuple[str, str] | None) -> bytes:
+    """How the child names its link's pack after its second word (b"" for none, or when
+    that would not fit one write)."""
+    if pack is None:
+        return b""
+    import marshal
+
+    said = marshal.dumps(pack)
+    return said if len(said) < _SAID_MAX else b""
+
+
+def _pack_said(said: bytes) -> tuple[str, str] | None:
+    """The pack :func:`_pack_word` named (None for nothing, or anything else)."""
+    if not said:
+        return None
+    import marshal
+
+    try:
+        pack = marshal.loads(said)
+    except (EOFError, ValueError, TypeError):
+        return None
+    if type(pack) is tuple and len(pack) == 2 and all(type(p) is str for p in pack):
+        return pack
+    return None
 
 
 def _peer(conn: socket.socket) -> tuple[int, int]:

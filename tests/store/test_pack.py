@@ -193,3 +193,54 @@ def test_a_pack_with_metadata_marshal_cannot_carry_is_not_written(tmp_path: Path
     odd = Manifest("ab01", found["ab01"].outputs, {"x": object()})
     s.keep_pack("t", [odd, found["cd02"]])
     assert not pack_path(root).exists()
+
+
+def test_a_pack_read_ahead_is_taken_as_built_while_its_bytes_are_the_same(
+    tmp_path: Path,
+) -> None:
+    """read_ahead (a warm server's spare, before its link) decodes the pack and builds its
+    manifests; the link's lookup takes those very objects if the pack's bytes are unchanged,
+    once. A pack rewritten meanwhile, one read ahead for another store or name, or a read
+    ahead told to stop, leaves the lookup to read the pack itself: the same answers as if
+    nothing had been read ahead."""
+    from store import pack
+
+    root, manifests = stored(tmp_path)
+    s = Store(root)
+    s.keep_pack("t", list(manifests.values()))
+    s.keep_pack("other", [manifests[KEYS[1]]])
+    s.close()
+    alone = Store(root).lookup(KEYS, "t")
+    assert sorted(alone) == sorted(KEYS)
+    abs_root = os.path.abspath(root)
+
+    pack.read_ahead(abs_root, "t", lambda: False)
+    ahead = dict(pack._ahead[(abs_root, "t")][2])
+    s = Store(root)
+    first = s.lookup(KEYS[:2], "t")
+    assert pack._ahead == {}  # taken: forgotten here, kept by the store for its next lookup
+    rest = s.lookup(KEYS[2:], "t")
+    assert s.packs_read_ahead == 1
+    assert all(m is ahead[key] for key, m in {**first, **rest}.items())
+    assert {**first, **rest}.keys() == alone.keys()
+    for key, m in {**first, **rest}.items():
+        assert (m.key, m.outputs, m.meta) == (alone[key].key, alone[key].outputs, alone[key].meta)
+    again = Store(root)  # a second store, the same process: nothing left to take
+    assert again.lookup(KEYS, "t").keys() == alone.keys() and again.packs_read_ahead == 0
+
+    pack.read_ahead(abs_root, "t", lambda: False)
+    s = Store(root)  # the pack rewritten since: read as it is now
+    s.keep_pack("t", [manifests[KEYS[0]]])
+    s.close()
+    s = Store(root)
+    now = s.lookup(KEYS, "t")
+    assert s.packs_read_ahead == 0 and now.keys() == alone.keys() and pack._ahead == {}
+    assert packed(root) == [KEYS[0]]
+
+    for name, stop in (("other", False), ("t", True)):
+        pack.read_ahead(abs_root, name, lambda stop=stop: stop)  # type: ignore[misc]
+        s = Store(root)
+        assert s.lookup(KEYS, "t").keys() == alone.keys() and s.packs_read_ahead == 0
+        pack._ahead.clear()
+    pack.read_ahead(abs_root, "none such", lambda: False)
+    assert pack._ahead == {}
