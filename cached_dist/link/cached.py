@@ -404,21 +404,15 @@ def run_cached(
             **remote,
         }
         if handoff is None or handoff.committed:  # a link handed back is the client's to do
-
-            def leave_traces() -> None:
-                store.record(
-                    hits=link.summary.hits, misses=link.summary.compiled,
-                    time_saved=link.time_saved, bytes_served=link.bytes_served, **counters,
-                )  # fmt: skip
-                if link.pack is not None:
-                    store.keep_pack(link.pack, link.placed)
-                writes.flush()
-
-            if handoff is not None:  # a warm server's child: after the client's status
-                handoff.later(leave_traces)
+            store.record(
+                hits=link.summary.hits, misses=link.summary.compiled,
+                time_saved=link.time_saved, bytes_served=link.bytes_served, **counters,
+            )  # fmt: skip
+            if link.pack is not None:
+                store.keep_pack(link.pack, link.placed)
+            writes.flush()
+            if handoff is not None:  # for the server's next spares (serve/server.py)
                 if link.pack is not None:
                     handoff.pack = (store.root, link.pack)
                 handoff.pack_read_ahead = store.packs_read_ahead > 0
-            else:
-                leave_traces()
     return link.summary

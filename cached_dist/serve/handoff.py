@@ -76,7 +76,8 @@ class Handoff:
 
     def later(self, work: Callable[[], object]) -> None:
         """Leaves ``work`` for after the client has its status (:meth:`run_after`): what the
-        link's outputs do not depend on, such as its statistics, which LLD need not wait for."""
+        link's outputs do not depend on, such as the end of an early worker whose work was all
+        read (cached_dist/link/flow.py): LLD need not wait for it."""
         self.after.append(work)
 
     def run_after(self) -> None:

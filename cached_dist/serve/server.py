@@ -561,7 +561,7 @@ def _serve_link(
                 os.close(linker)
             raise
         finally:
-            handoff.run_after()  # the link's statistics and memos: LLD goes on meanwhile
+            handoff.run_after()  # what the link left for later: LLD goes on meanwhile
         return f"served {argv[-1]} (exit status {status})", linker, handoff
     except FallBack as e:
         if handoff is not None:
