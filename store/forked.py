@@ -161,12 +161,6 @@ class Worker:
         self._busy = False
         return value
 
-    @property
-    def idle(self) -> bool:
-        """Whether everything it worked on was read and it did not fail: :meth:`cancel`
-        then only lets it end and waits for that."""
-        return not self._busy and not self._failed
-
     def cancel(self) -> None:
         """Stops the worker if something it works on was not read (it only reads and
         computes, or carries out an order whose answer nobody waits for) or it failed; then

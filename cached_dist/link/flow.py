@@ -58,11 +58,7 @@ def run(job_file: JobFile, options: Options, log: Log, handoff: Handoff | None =
             summary = run_cached(job_file, options, log, examined, handoff, early)
     finally:
         if early is not None:
-            if handoff is not None and handoff.committed and early.worker.idle:
-                # Served, and all it did was read: it only has to end, after the status.
-                handoff.later(early.cancel)
-            else:
-                early.cancel()  # ends it and waits for that (it waits for an order once done)
+            early.cancel()  # ends it and waits for that (it waits for an order once done)
         # Archive members a killed link left behind, seen only where LLD 21 names members
         # (the module that reads those names is imported only then).
         members = sys.modules.get("cached_dist.jobfile.members")

@@ -16,7 +16,6 @@ import sys
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import socket
-    from collections.abc import Callable
     from typing import TextIO
 
     from store.forked import Standby
@@ -38,8 +37,6 @@ class Handoff:
         # Set by the link: whether it had an early worker (the server's next spares then
         # fork one ahead: cached_dist/serve/server.py _standby).
         self.early_started = False
-        # What the link leaves for after its status (later()): the client need not wait.
-        self.after: list[Callable[[], object]] = []
         # Set by the link: its target's pack (store root, name), which the server's next
         # spare reads ahead (store/pack.py), and whether this link's pack was read so.
         self.pack: tuple[str, str] | None = None
@@ -73,21 +70,6 @@ class Handoff:
                     stream.flush()
                 except (OSError, ValueError):
                     pass  # a closed stream, as Log itself treats one
-
-    def later(self, work: Callable[[], object]) -> None:
-        """Leaves ``work`` for after the client has its status (:meth:`run_after`): what the
-        link's outputs do not depend on, such as the end of an early worker whose work was all
-        read (cached_dist/link/flow.py): LLD need not wait for it."""
-        self.after.append(work)
-
-    def run_after(self) -> None:
-        """Does what was left for later, best effort: the status is given, nobody to tell."""
-        work, self.after = self.after, []
-        for each in work:
-            try:  # noqa: SIM105 - contextlib imports collections: ~1 ms of a full hit
-                each()
-            except Exception:
-                pass
 
     def discard(self) -> None:
         """Drops what was held back (the client's own run will say it again)."""

@@ -560,8 +560,6 @@ def _serve_link(
             if linker >= 0:
                 os.close(linker)
             raise
-        finally:
-            handoff.run_after()  # what the link left for later: LLD goes on meanwhile
         return f"served {argv[-1]} (exit status {status})", linker, handoff
     except FallBack as e:
         if handoff is not None:
