@@ -1,11 +1,12 @@
-/* Serving blobs by hard links, as store/blobs.py's copy_out(link=True) does, many in one call.
+/* Placing blobs at outputs, as store/blobs.py's copy_out does, many in one call.
  *
- * A full hit served with --hard-link places one output a job: open the blob, check its size,
- * hash every byte, link it at the output, refresh its clock when stale. In Python that is some
- * ten objects and a dozen calls an output (~5 us on the test host, beside the system calls);
- * here it is the system calls. Only the path where everything is as expected is taken here:
+ * A full hit places one output a job: open the blob, check its size, hash every byte, link it
+ * at the output (--hard-link) or copy it there, refresh its clock when stale. In Python that
+ * is some ten objects and a dozen calls an output (~5-10 us on the test host, beside the
+ * system calls); here it is the system calls. Only the path where everything is as expected is taken here:
  *
  *   link_blobs(blob_dir, plans, hexdigest, touch_before) -> list[float | None]
+ *   copy_blobs(blob_dir, plans, hexdigest, touch_before) -> list[float | None]
  *
  * ``plans`` are (digest, size, destination, ...) tuples; each gives the seconds its output
  * took, or None when this function did nothing for it and the caller is to place it (a blob
@@ -14,12 +15,22 @@
  * for a plan it hands back. ``hexdigest(bytes) -> str`` is the store's hash (xxhash's
  * xxh3_128_hexdigest): the blob is linked only if it gives ``digest``. A blob whose mtime is
  * before ``touch_before`` (seconds since the epoch) gets its mtime set to now.
+ *
+ * copy_blobs is copy_out without a link: each plan is (digest, size, destination, temp),
+ * ``temp`` a new name (fsutil.temp_name) in the directory to copy through (the stage, or the
+ * destination's). The verified bytes are cloned (FICLONE) where the file system can, else
+ * written, to ``temp``, which is then renamed over the destination (removed first: see
+ * copy_out). A plan handed back leaves no temp file; its destination may be gone (removed
+ * before a rename that failed), which placing it again replaces. Blobs over 64 MB are
+ * handed back: copy_out copies them in chunks.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/fs.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -70,99 +81,203 @@ static PyObject *read_all(int fd, Py_ssize_t size) {
     return data;
 }
 
-/* One plan; 1 if it was placed, 0 if handed back, -1 on a Python error (memory). */
-static int link_one(const char *blob_dir, size_t dir_len, PyObject *plan, PyObject *hexdigest,
-                    double touch_before) {
-    if (!PyTuple_Check(plan) || PyTuple_GET_SIZE(plan) < 3)
+#define COPY_MAX ((long long)64 << 20) /* larger blobs: copy_out, in chunks */
+
+/* A plan's blob, opened and verified: its descriptor, stat and bytes. */
+typedef struct {
+    int fd;
+    struct stat st;
+    PyObject *data; /* NULL unless kept (copy_blobs writes them) */
+    char path[4096];
+} Blob;
+
+/* Opens and verifies the blob of a plan (digest, size, ...): 1 with ``b`` filled (fd open,
+ * data kept if ``keep``), 0 if handed back (nothing open), -1 on a Python error (memory). */
+static int verified(const char *blob_dir, size_t dir_len, PyObject *plan, PyObject *hexdigest,
+                    int keep, long long max_size, Blob *b) {
+    PyObject *odigest = PyTuple_GET_ITEM(plan, 0), *osize = PyTuple_GET_ITEM(plan, 1);
+    if (!PyUnicode_Check(odigest) || !PyLong_Check(osize))
         return 0;
-    PyObject *odigest = PyTuple_GET_ITEM(plan, 0), *osize = PyTuple_GET_ITEM(plan, 1),
-             *odest = PyTuple_GET_ITEM(plan, 2);
-    if (!PyUnicode_Check(odigest) || !PyLong_Check(osize) || !PyUnicode_Check(odest))
-        return 0;
-    Py_ssize_t dlen, destlen;
+    Py_ssize_t dlen;
     const char *digest = PyUnicode_AsUTF8AndSize(odigest, &dlen);
     if (digest == NULL || !is_digest(digest, dlen)) {
         PyErr_Clear();
         return 0;
     }
     long long size = PyLong_AsLongLong(osize);
-    if (size < 0 || size >= PY_SSIZE_T_MAX) {
+    if (size < 0 || size > max_size) {
         PyErr_Clear();
-        return 0;
-    }
-    PyObject *dest_bytes = PyUnicode_EncodeFSDefault(odest);
-    if (dest_bytes == NULL) {
-        PyErr_Clear();
-        return 0;
-    }
-    const char *dest = PyBytes_AS_STRING(dest_bytes);
-    destlen = PyBytes_GET_SIZE(dest_bytes);
-    if ((Py_ssize_t)strlen(dest) != destlen) { /* a NUL inside: not a path */
-        Py_DECREF(dest_bytes);
         return 0;
     }
     /* blob_dir/XX/REST, as Blobs.path */
-    char path[4096];
-    if (dir_len + 2 + DIGEST_LEN + 1 >= sizeof path) {
-        Py_DECREF(dest_bytes);
+    char *path = b->path;
+    if (dir_len + 2 + DIGEST_LEN + 1 >= sizeof b->path)
         return 0;
-    }
     memcpy(path, blob_dir, dir_len);
     path[dir_len] = '/';
     memcpy(path + dir_len + 1, digest, 2);
     path[dir_len + 3] = '/';
     memcpy(path + dir_len + 4, digest + 2, DIGEST_LEN - 2);
     path[dir_len + 4 + DIGEST_LEN - 2] = '\0';
-
-    int placed = 0;
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOATIME);
     if (fd < 0 && (errno == EPERM || errno == EACCES) && O_NOATIME)
         fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        goto out;
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (long long)st.st_size != size)
-        goto out_fd;
+        return 0;
+    if (fstat(fd, &b->st) != 0 || !S_ISREG(b->st.st_mode) || (long long)b->st.st_size != size) {
+        close(fd);
+        return 0;
+    }
     PyObject *data = read_all(fd, (Py_ssize_t)size);
     if (data == NULL) {
-        if (PyErr_Occurred()) {
-            placed = -1;
-        }
-        goto out_fd;
+        close(fd);
+        return PyErr_Occurred() ? -1 : 0;
     }
     PyObject *got = PyObject_CallOneArg(hexdigest, data);
-    Py_DECREF(data);
-    if (got == NULL) {
-        PyErr_Clear();
-        goto out_fd;
-    }
-    int same = PyUnicode_Check(got) && PyUnicode_Compare(got, odigest) == 0;
-    Py_DECREF(got);
+    int same = got != NULL && PyUnicode_Check(got) && PyUnicode_Compare(got, odigest) == 0;
+    Py_XDECREF(got);
     if (PyErr_Occurred())
         PyErr_Clear();
-    if (!same)
-        goto out_fd;
-    if (link(path, dest) != 0)
-        goto out_fd;
-    placed = 1;
-    double mtime = (double)st.st_mtim.tv_sec + (double)st.st_mtim.tv_nsec * 1e-9;
-    if (mtime < touch_before)
-        (void)futimens(fd, NULL); /* a read-only cache still serves hits */
-out_fd:
-    close(fd);
-out:
-    Py_DECREF(dest_bytes);
-    return placed;
+    if (!same || !keep) {
+        Py_DECREF(data);
+        data = NULL;
+    }
+    if (!same) {
+        close(fd);
+        return 0;
+    }
+    b->fd = fd;
+    b->data = data;
+    return 1;
 }
 
-static PyObject *link_blobs(PyObject *self, PyObject *args) {
-    (void)self;
+/* The end of a placed plan: refresh a stale blob's clock, close it. */
+static void done_with(Blob *b, double touch_before) {
+    double mtime = (double)b->st.st_mtim.tv_sec + (double)b->st.st_mtim.tv_nsec * 1e-9;
+    if (mtime < touch_before)
+        (void)futimens(b->fd, NULL); /* a read-only cache still serves hits */
+    close(b->fd);
+    Py_XDECREF(b->data);
+}
+
+/* A path argument of a plan, encoded; NULL (no exception) if it is not one. */
+static PyObject *path_arg(PyObject *o) {
+    if (!PyUnicode_Check(o))
+        return NULL;
+    PyObject *encoded = PyUnicode_EncodeFSDefault(o);
+    if (encoded == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    if ((Py_ssize_t)strlen(PyBytes_AS_STRING(encoded)) != PyBytes_GET_SIZE(encoded)) {
+        Py_DECREF(encoded); /* a NUL inside: not a path */
+        return NULL;
+    }
+    return encoded;
+}
+
+/* One plan of link_blobs; 1 if it was placed, 0 if handed back, -1 on a Python error. */
+static int link_one(const char *blob_dir, size_t dir_len, PyObject *plan, PyObject *hexdigest,
+                    double touch_before) {
+    if (!PyTuple_Check(plan) || PyTuple_GET_SIZE(plan) < 3)
+        return 0;
+    PyObject *dest = path_arg(PyTuple_GET_ITEM(plan, 2));
+    if (dest == NULL)
+        return 0;
+    Blob b;
+    int ok = verified(blob_dir, dir_len, plan, hexdigest, 0, PY_SSIZE_T_MAX - 1, &b);
+    if (ok == 1 && link(b.path, PyBytes_AS_STRING(dest)) != 0) {
+        close(b.fd);
+        ok = 0;
+    } else if (ok == 1) {
+        done_with(&b, touch_before);
+    }
+    Py_DECREF(dest);
+    return ok;
+}
+
+static int reflink_ok = 1; /* cleared once the file system says it never clones */
+
+/* Writes all of ``data`` to ``fd``: 0, or -1 (errno set). */
+static int write_all(int fd, const char *p, size_t n) {
+    while (n) {
+        ssize_t put = write(fd, p, n);
+        if (put < 0 && errno == EINTR)
+            continue;
+        if (put <= 0)
+            return -1;
+        p += put;
+        n -= (size_t)put;
+    }
+    return 0;
+}
+
+/* One plan of copy_blobs; 1 if it was placed, 0 if handed back, -1 on a Python error. */
+static int copy_one(const char *blob_dir, size_t dir_len, PyObject *plan, PyObject *hexdigest,
+                    double touch_before) {
+    if (!PyTuple_Check(plan) || PyTuple_GET_SIZE(plan) < 4)
+        return 0;
+    PyObject *dest = path_arg(PyTuple_GET_ITEM(plan, 2));
+    if (dest == NULL)
+        return 0;
+    PyObject *tmp = path_arg(PyTuple_GET_ITEM(plan, 3));
+    if (tmp == NULL) {
+        Py_DECREF(dest);
+        return 0;
+    }
+    Blob b;
+    int ok = verified(blob_dir, dir_len, plan, hexdigest, 1, COPY_MAX, &b);
+    if (ok != 1)
+        goto out;
+    const char *t = PyBytes_AS_STRING(tmp);
+    int out = open(t, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (out < 0) {
+        ok = 0;
+        goto out_blob;
+    }
+    int cloned = 0;
+    if (reflink_ok) {
+        if (ioctl(out, FICLONE, b.fd) == 0)
+            cloned = 1;
+        else if (errno == EOPNOTSUPP || errno == ENOTTY || errno == ENOSYS)
+            reflink_ok = 0; /* this kernel or file system never clones: stop asking */
+    }
+    int bad = !cloned && write_all(out, PyBytes_AS_STRING(b.data),
+                                   (size_t)PyBytes_GET_SIZE(b.data));
+    bad = close(out) != 0 || bad;
+    if (bad) {
+        unlink(t);
+        ok = 0;
+        goto out_blob;
+    }
+    /* Unlink first: on ext4 a rename over an existing file forces a data flush
+     * (auto_da_alloc), as copy_out says. */
+    const char *d = PyBytes_AS_STRING(dest);
+    if ((unlink(d) != 0 && errno != ENOENT) || rename(t, d) != 0) {
+        unlink(t);
+        ok = 0;
+        goto out_blob;
+    }
+    done_with(&b, touch_before);
+    goto out;
+out_blob:
+    close(b.fd);
+    Py_XDECREF(b.data);
+out:
+    Py_DECREF(tmp);
+    Py_DECREF(dest);
+    return ok;
+}
+
+typedef int (*PlaceOne)(const char *, size_t, PyObject *, PyObject *, double);
+
+static PyObject *place_all(PyObject *args, const char *format, PlaceOne one) {
     PyObject *odir, *plans, *hexdigest;
     double touch_before;
-    if (!PyArg_ParseTuple(args, "O&OOd:link_blobs", PyUnicode_FSConverter, &odir, &plans,
-                          &hexdigest, &touch_before))
+    if (!PyArg_ParseTuple(args, format, PyUnicode_FSConverter, &odir, &plans, &hexdigest,
+                          &touch_before))
         return NULL;
-    PyObject *seq = PySequence_Fast(plans, "link_blobs: plans must be a sequence");
+    PyObject *seq = PySequence_Fast(plans, "plans must be a sequence");
     if (seq == NULL) {
         Py_DECREF(odir);
         return NULL;
@@ -175,11 +290,12 @@ static PyObject *link_blobs(PyObject *self, PyObject *args) {
     size_t dir_len = (size_t)PyBytes_GET_SIZE(odir);
     for (Py_ssize_t i = 0; i < n; i++) {
         double started = now_monotonic();
-        int placed = link_one(dir, dir_len, PySequence_Fast_GET_ITEM(seq, i), hexdigest,
-                              touch_before);
+        int placed = one(dir, dir_len, PySequence_Fast_GET_ITEM(seq, i), hexdigest,
+                         touch_before);
         if (placed < 0)
             goto fail;
-        PyObject *item = placed ? PyFloat_FromDouble(now_monotonic() - started) : Py_NewRef(Py_None);
+        PyObject *item =
+            placed ? PyFloat_FromDouble(now_monotonic() - started) : Py_NewRef(Py_None);
         if (item == NULL)
             goto fail;
         PyList_SET_ITEM(out, i, item);
@@ -194,14 +310,26 @@ fail:
     return NULL;
 }
 
+static PyObject *link_blobs(PyObject *self, PyObject *args) {
+    (void)self;
+    return place_all(args, "O&OOd:link_blobs", link_one);
+}
+
+static PyObject *copy_blobs(PyObject *self, PyObject *args) {
+    (void)self;
+    return place_all(args, "O&OOd:copy_blobs", copy_one);
+}
+
 static PyMethodDef methods[] = {
     {"link_blobs", link_blobs, METH_VARARGS,
      "link_blobs(blob_dir, plans, hexdigest, touch_before) -> list[float | None]"},
+    {"copy_blobs", copy_blobs, METH_VARARGS,
+     "copy_blobs(blob_dir, plans, hexdigest, touch_before) -> list[float | None]"},
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_link",
-                                    "Serving verified blobs by hard links (store/_link.c).", -1,
-                                    methods, NULL, NULL, NULL, NULL};
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_link", "Placing verified blobs by hard links or copies.", -1,
+    methods, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__link(void) { return PyModule_Create(&module); }

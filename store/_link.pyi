@@ -7,3 +7,10 @@ def link_blobs(
     touch_before: float,
     /,
 ) -> list[float | None]: ...
+def copy_blobs(
+    blob_dir: str,
+    plans: Sequence[tuple[object, ...]],
+    hexdigest: Callable[[bytes], str],
+    touch_before: float,
+    /,
+) -> list[float | None]: ...

@@ -469,13 +469,14 @@ def test_large_placings_copy_through_a_stage_where_they_may(
     for d in dirs[2:]:
         d.mkdir()
     used: dict[str, str | None] = {}
-    copy_out = s._blobs.copy_out
+    import store.store
+    from store.placing import place
 
-    def spy(digest: str, size: int, dest: str, link: bool = False, stage: str | None = None) -> str:
-        used[dest] = stage
-        return copy_out(digest, size, dest, link, stage)
+    def spy(blobs: Any, hard_link: bool, plans: Any) -> Any:  # each output's stage, or None
+        used.update((dest, stage) for _, _, dest, stage in plans)
+        return place(blobs, hard_link, plans)
 
-    monkeypatch.setattr(s._blobs, "copy_out", spy)
+    monkeypatch.setattr(store.store, "place", spy)
     dests = [{"obj": str(dirs[i % len(dirs)] / f"{k}.o")} for i, k in enumerate(keys)]
     try:
         took = s.materialize_many([(m, d) for m, d in zip(manifests, dests, strict=True) if m])
@@ -529,8 +530,13 @@ def test_a_stage_another_mount_refuses_leaves_copies_beside_their_outputs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A bind mount is the same file system (same st_dev) but refuses renames from another
-    mount (EXDEV): the copies are then made beside their outputs, every hit still served."""
+    mount (EXDEV): the copies are then made beside their outputs, every hit still served.
+    copy_out's way, the refusal emulated (a real one, through the native placer too: the
+    next test)."""
+    from store import placing
     from store.store import STAGE_MIN_OUTPUTS
+
+    monkeypatch.setattr(placing, "native_copy_blobs", None)
 
     s = Store(tmp_path / "c")
     keys = [f"{i:04x}" for i in range(STAGE_MIN_OUTPUTS + 4)]
@@ -558,6 +564,42 @@ def test_a_stage_another_mount_refuses_leaves_copies_beside_their_outputs(
     for i, key in enumerate(keys):
         assert (out / f"{key}.o").read_bytes() == content(key, 40 + i)
     assert os.listdir(tmp_path / "c" / "tmp") == []
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_outputs_behind_a_real_bind_mount_are_copied_beside_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, native: bool
+) -> None:
+    """Outputs in a bind mount of a directory of the cache's file system: a rename from the
+    stage is refused (EXDEV), and every copy is made beside its output instead, by the native
+    placer (which hands such a plan back) or without it; nothing left in tmp/."""
+    from store import placing
+    from store.store import STAGE_MIN_OUTPUTS
+
+    if native and placing.__dict__["native_copy_blobs"] is None:
+        pytest.skip("the C extension is not built")
+    if not native:
+        monkeypatch.setattr(placing, "native_copy_blobs", None)
+    real, bound = tmp_path / "real", tmp_path / "bound"
+    real.mkdir()
+    bound.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "--bind", str(real), str(bound)],
+                                           capture_output=True).returncode != 0:  # fmt: skip
+        pytest.skip("needs root to bind-mount a directory")
+    try:
+        s = Store(tmp_path / "c")
+        keys = [f"{i:04x}" for i in range(STAGE_MIN_OUTPUTS + 4)]
+        for i, key in enumerate(keys):
+            assert put(s, tmp_path, key, content(key, 40 + i))
+        items = [(m, {"obj": str(bound / f"{k}.o")}) for k in keys if (m := s.get(k))]
+        took = s.materialize_many(items)
+        assert len(took) == len(keys) and None not in took
+        for i, key in enumerate(keys):
+            assert (real / f"{key}.o").read_bytes() == content(key, 40 + i)
+        assert os.listdir(tmp_path / "c" / "tmp") == []
+        assert not [n for n in os.listdir(real) if n.endswith(".tmp")]
+    finally:
+        umount(bound)
 
 
 def test_the_cache_tmp_directory_spreads_its_stages(tmp_path: Path) -> None:
@@ -601,6 +643,8 @@ def test_materialize_many_turns_an_unexpected_failure_into_misses(
     def broken(*args: object) -> str:
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(s._blobs, "copy_out", broken)
+    import store.store
+
+    monkeypatch.setattr(store.store, "place", broken)
     assert s.materialize_many([(m, {"obj": str(tmp_path / "o")})]) == [None]
     assert "cannot copy a cached output: RuntimeError: a bug" in w.text()
