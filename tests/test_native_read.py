@@ -12,14 +12,10 @@ import pytest
 
 from cached_dist.keys import digests
 
-_SANITIZED = os.environ.get("CACHED_DIST_SANITIZED_READ")
-if _SANITIZED:  # scripts/sanitize: this file runs against its AddressSanitizer/UBSan build
-    import importlib.util
+from .sanitized import sanitized_build
 
-    _spec = importlib.util.spec_from_file_location("_read", _SANITIZED)
-    assert _spec is not None and _spec.loader is not None
-    _built = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(_built)
+_built = sanitized_build("CACHED_DIST_SANITIZED_READ", "_read")
+if _built is not None:  # scripts/sanitize: this file runs against its ASan/UBSan build
     digests.read_exact, digests.read_new = _built.read_exact, _built.read_new
 
 needs_native = pytest.mark.skipif(digests.read_exact is None,

@@ -16,16 +16,11 @@ import xxhash
 from store import Store, placing
 from store.blobs import TOUCH_AFTER, Blobs
 from store.fsutil import Modes
+from tests.sanitized import sanitized_build
 from tests.store.helpers import content, write
 
-_SANITIZED = os.environ.get("CACHED_DIST_SANITIZED_LINK")
-if _SANITIZED:  # scripts/sanitize: this file runs against its AddressSanitizer/UBSan build
-    import importlib.util
-
-    _spec = importlib.util.spec_from_file_location("_link", _SANITIZED)
-    assert _spec is not None and _spec.loader is not None
-    _built = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(_built)
+_built = sanitized_build("CACHED_DIST_SANITIZED_LINK", "_link")
+if _built is not None:  # scripts/sanitize: this file runs against its ASan/UBSan build
     placing.__dict__["native_link_blobs"] = _built.link_blobs  # what placing.place calls
     placing.__dict__["native_copy_blobs"] = _built.copy_blobs
 
