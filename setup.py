@@ -1,7 +1,6 @@
 """Builds the optional native parts: the shard canonicalizer (cached_dist/bitcode/_shard.c),
-the input reader (cached_dist/keys/_read.c), the hard-link placer (store/_link.c) and the warm
-server's client
-(cached_dist/serve/client.c, an executable in the package).
+the input reader (cached_dist/keys/_read.c), the output placer (store/_link.c) and the warm
+server's client (cached_dist/serve/client.c, an executable in the package).
 
 Everything else is declared in pyproject.toml. All are optional: when they cannot be built
 (no C compiler or Python headers) the install still succeeds; cached-dist then uses the

@@ -309,12 +309,12 @@ class Index:
     def get_pack(self, name: str) -> bytes | None:
         """A pack's bytes from its row file (store/pack.py); None when there is none: the
         database has no packs, so a missing one costs no sqlite."""
-        return self.rows.get_bytes(_PACK + name)
+        return self.rows.get_bytes(self.pack_row(name))
 
     def set_pack(self, name: str, data: bytes) -> None:
         """Writes a pack's row file (OSError to the caller). The next maintenance pass
         removes it with the other row files the database lacks."""
-        self.rows.put_bytes(_PACK + name, data)
+        self.rows.put_bytes(self.pack_row(name), data)
 
     def get_memo(self, namespace: str, key: str) -> Any:
         return self._read(f"{_MEMO}{namespace}:{key}")

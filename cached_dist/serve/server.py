@@ -65,7 +65,8 @@ _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, sign
               signal.SIGPIPE)  # fmt: skip
 # What a spare tells the server, one byte: it took a connection (fork the next spare), or
 # it found the server's code changed on disk (exit). After a link it took, one more: whether
-# that link had an early worker, which the next spare then forks ahead (see _standby).
+# that link had an early worker, which the next spare then forks ahead (see _standby),
+# followed by the link's pack, which the next spares read ahead (_pack_word).
 _TOOK, _CHANGED, _WANTED, _UNWANTED = b"t", b"c", b"w", b"u"
 _SAID_MAX = 4096  # the second word and the pack's name: one write to a pipe, whole (PIPE_BUF)
 ORPHAN_CHECK = 1.0  # seconds between a waiting spare's checks that the server still runs
