@@ -1,5 +1,6 @@
 """Builds the optional native parts: the shard canonicalizer (cached_dist/bitcode/_shard.c),
-the input reader (cached_dist/keys/_read.c), the output placer (store/_link.c) and the warm
+the job-file scanner (cached_dist/jobfile/_scan.c), the input reader
+(cached_dist/keys/_read.c), the output placer (store/_link.c) and the warm
 server's client (cached_dist/serve/client.c, an executable in the package).
 
 Everything else is declared in pyproject.toml. All are optional: when they cannot be built
@@ -47,6 +48,12 @@ setup(
             ["cached_dist/bitcode/_shard.c"],
             optional=True,
             extra_compile_args=["-O2", "-std=c99"],
+        ),
+        Extension(
+            "cached_dist.jobfile._scan",
+            ["cached_dist/jobfile/_scan.c"],
+            optional=True,
+            extra_compile_args=["-O2", "-std=c99", "-Wall"],
         ),
         Extension(
             "cached_dist.keys._read",
