@@ -172,6 +172,16 @@ def test_spelling_table_answers_as_each_jobs_own_table(in_dir: Path) -> None:
     assert paths.lookup(jobs[0])[0]("b.o") is None  # another job's module, not this one's
 
 
+@pytest.mark.parametrize("cwd", ["/", "/w", "/w/x y", "/w/../v", "/w/./v", "/w/", "//w", "w"])
+@pytest.mark.parametrize("path", ["a.o", "lib.a(m0.o at 8).2.7B59.o", ".a", "...", ".", "..",
+                                  "", "a/b.o", "/a.o", "./a.o", "a//b", "a\\b"])  # fmt: skip
+def test_one_component_paths_are_spelled_as_normpath_spells_them(cwd: str, path: str) -> None:
+    """The shortcut for a path without a separator, taken only for a cwd in normal form,
+    gives exactly the spellings normpath gives."""
+    normal = os.path.normpath(cwd) == cwd
+    assert shard_key.spellings(path, cwd, normal) == shard_key.spellings(path, cwd)
+
+
 def test_paths_that_spell_alike_but_differ_fall_back_to_each_jobs_table(in_dir: Path) -> None:
     """``link/../a.o`` normalizes to ``a.o`` but, through a symbolic link, is another file."""
     (in_dir / "a.o").write_bytes(b"top")

@@ -59,9 +59,13 @@ if TYPE_CHECKING:
         def memo_share(self, namespace: str, items: Sequence[tuple[str, str]]) -> None: ...
 
 
-def spellings(path: str, cwd: str) -> tuple[str, ...]:
+def spellings(path: str, cwd: str, normal_cwd: bool = False) -> tuple[str, ...]:
     """How a shard may spell a path: as given, normalized, absolute (``os.path.abspath``
-    against ``cwd``, asked once per link, not once per path)."""
+    against ``cwd``, asked once per link, not once per path). ``normal_cwd``: ``cwd`` is its
+    own normal form, so a path of one component is spelled without ``normpath`` (a regular
+    archive's members, every module of such a link: ~1 us less a path)."""
+    if normal_cwd and "/" not in path and path not in ("", ".", ".."):
+        return (path, path, f"/{path}" if cwd == "/" else f"{cwd}/{path}")
     normal = os.path.normpath(path)
     return (path, normal, normal if os.path.isabs(path) else os.path.normpath(
         os.path.join(cwd, path)))  # fmt: skip
@@ -83,10 +87,11 @@ class ModulePaths:
         self.known: set[str] = set()
         self.ambiguous = False
         self.cwd = os.getcwd()
+        self.normal_cwd = os.path.normpath(self.cwd) == self.cwd
 
     def _add(self, path: str) -> None:
         digest = self.digests.of(path)  # OSError: the job is not cacheable
-        for spelling in spellings(path, self.cwd):
+        for spelling in spellings(path, self.cwd, self.normal_cwd):
             found = self.by_spelling.get(spelling)
             if found is None:
                 self.by_spelling[spelling] = ({path}, digest)
