@@ -545,6 +545,10 @@ def test_a_small_served_link_leaves_its_standby_untold(in_dir: Path) -> None:
     raw = (in_dir / "small.json").read_bytes()
     assert raw.count(b'"outputs"') == least - 1 and not shard_key.may_start_early(raw)
     assert shard_key.may_start_early(raw + b'"outputs"')
+    # as count() counts: '"outputs"outputs"' holds one, not two that share a quote
+    assert not shard_key.may_start_early(b'"outputs"' * (least - 2) + b'"outputs"outputs"')
+    assert shard_key.may_start_early(b'"outputs"' * least)
+    assert not shard_key.may_start_early(b'"outputs"' * (least - 1) + b'"output"')
     ready = spare_standby()
     assert ready is not None
 

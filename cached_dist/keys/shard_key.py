@@ -461,8 +461,20 @@ def standby_plan(message: Any, then: Callable[[Any], Any] | None) -> Plan | None
 def may_start_early(raw: bytes) -> bool:
     """Whether a job file of these bytes may have enough jobs for an early worker
     (:func:`start_early`), judged before it is parsed: LLD's job file names "outputs" once a
-    job. A served link of fewer tells its standby nothing, which then costs it nothing."""
-    return raw.count(b'"outputs"') >= 2 * PARALLEL_MIN_JOBS_NATIVE
+    job. A served link of fewer tells its standby nothing, which then costs it nothing.
+
+    As ``raw.count`` would say, but only as far as the last occurrence needed: the link
+    tells its standby after this, and a 3,000-job file is ~4 MB (its count: ~1.8 ms)."""
+    at, name = -len(_OUTPUTS), _OUTPUTS
+    find = raw.find
+    for _ in range(2 * PARALLEL_MIN_JOBS_NATIVE):
+        at = find(name, at + len(name))  # after the last one, as count() goes on
+        if at < 0:
+            return False
+    return True
+
+
+_OUTPUTS = b'"outputs"'
 
 
 def standby_message(raw: bytes, path: str, parallel: int) -> object:
