@@ -244,47 +244,55 @@ fail:
     return NULL;
 }
 
-/* Reads a value into *slot, which must still be empty (no key twice). */
-#define TAKE(slot, expr)            \
-    do {                            \
-        if ((slot) || !((slot) = (expr))) \
-            goto fail;              \
-    } while (0)
+/* Reads a value into *slot, which must still be empty (no key twice): 0, or -1. */
+#define TAKE(slot, expr) ((slot) ? -1 : ((slot) = (expr)) ? 0 : -1)
 
-/* {"args": [...], "inputs": [...], "outputs": [...]} in any order, nothing else. */
-static PyObject *job(S *st) {
-    PyObject *args = NULL, *inputs = NULL, *outputs = NULL;
+/* Reads one member of an object into ``into``, st->p at its value: 0, or -1 to refuse it. */
+typedef int (*Member)(S *st, const unsigned char *key, size_t n, void *into);
+
+/* An object of at least one member, in any order, each read by ``member``: 0, or -1 at the
+ * first one refused or anything else (what was read stays in ``into``, for its owner). */
+static int object(S *st, Member member, void *into) {
     const unsigned char *s;
     size_t n;
     if (expect(st, '{'))
-        return NULL;
+        return -1;
     for (int go = 1; go;) {
-        if (key(st, &s, &n))
-            goto fail;
-        if (IS(s, n, "args"))
-            TAKE(args, strings(st, 0, 0));
-        else if (IS(s, n, "inputs"))
-            TAKE(inputs, strings(st, 1, 1));
-        else if (IS(s, n, "outputs"))
-            TAKE(outputs, strings(st, 1, 1));
-        else
-            goto fail;
-        if ((go = more(st, '}')) < 0)
-            goto fail;
+        if (key(st, &s, &n) || member(st, s, n, into) || (go = more(st, '}')) < 0)
+            return -1;
     }
-    if (args && inputs && outputs) {
-        PyObject *three = PyTuple_New(3);
-        if (!three)
-            goto fail;
-        PyTuple_SET_ITEM(three, 0, args); /* steals */
-        PyTuple_SET_ITEM(three, 1, inputs);
-        PyTuple_SET_ITEM(three, 2, outputs);
+    return 0;
+}
+
+typedef struct {
+    PyObject *args, *inputs, *outputs;
+} Job;
+
+static int job_member(S *st, const unsigned char *s, size_t n, void *into) {
+    Job *j = into;
+    if (IS(s, n, "args"))
+        return TAKE(j->args, strings(st, 0, 0));
+    if (IS(s, n, "inputs"))
+        return TAKE(j->inputs, strings(st, 1, 1));
+    if (IS(s, n, "outputs"))
+        return TAKE(j->outputs, strings(st, 1, 1));
+    return -1;
+}
+
+/* {"args": [...], "inputs": [...], "outputs": [...]} in any order, nothing else. */
+static PyObject *job(S *st) {
+    Job j = {NULL, NULL, NULL};
+    PyObject *three = NULL;
+    if (!object(st, job_member, &j) && j.args && j.inputs && j.outputs &&
+        (three = PyTuple_New(3))) {
+        PyTuple_SET_ITEM(three, 0, j.args); /* steals */
+        PyTuple_SET_ITEM(three, 1, j.inputs);
+        PyTuple_SET_ITEM(three, 2, j.outputs);
         return three;
     }
-fail:
-    Py_XDECREF(args);
-    Py_XDECREF(inputs);
-    Py_XDECREF(outputs);
+    Py_XDECREF(j.args);
+    Py_XDECREF(j.inputs);
+    Py_XDECREF(j.outputs);
     return NULL;
 }
 
@@ -299,33 +307,16 @@ static void common_clear(Common *c) {
     Py_CLEAR(c->inputs);
 }
 
-/* {"linker_output": str, "args": [...], "inputs": [...], "linker_version": str}, "args"
- * required, in any order, nothing else. */
-static int common(S *st, Common *c) {
-    const unsigned char *s;
-    size_t n;
-    if (expect(st, '{'))
-        return -1;
-    for (int go = 1; go;) {
-        if (key(st, &s, &n))
-            goto fail;
-        if (IS(s, n, "args"))
-            TAKE(c->args, strings(st, 0, 0));
-        else if (IS(s, n, "inputs"))
-            TAKE(c->inputs, strings(st, 1, 0));
-        else if (IS(s, n, "linker_output"))
-            TAKE(c->linker_output, string(st));
-        else if (IS(s, n, "linker_version"))
-            TAKE(c->linker_version, string(st));
-        else
-            goto fail;
-        if ((go = more(st, '}')) < 0)
-            goto fail;
-    }
-    if (c->args)
-        return 0;
-fail:
-    common_clear(c);
+static int common_member(S *st, const unsigned char *s, size_t n, void *into) {
+    Common *c = into;
+    if (IS(s, n, "args"))
+        return TAKE(c->args, strings(st, 0, 0));
+    if (IS(s, n, "inputs"))
+        return TAKE(c->inputs, strings(st, 1, 0));
+    if (IS(s, n, "linker_output"))
+        return TAKE(c->linker_output, string(st));
+    if (IS(s, n, "linker_version"))
+        return TAKE(c->linker_version, string(st));
     return -1;
 }
 
@@ -356,46 +347,40 @@ fail:
     return NULL;
 }
 
+typedef struct {
+    Common common; /* "args" required, the others may be absent */
+    int have_common;
+    PyObject *jobs;
+} Document;
+
+static int document_member(S *st, const unsigned char *s, size_t n, void *into) {
+    Document *d = into;
+    if (IS(s, n, "common") && !d->have_common) {
+        d->have_common = 1;
+        return object(st, common_member, &d->common) || !d->common.args ? -1 : 0;
+    }
+    if (IS(s, n, "jobs"))
+        return TAKE(d->jobs, jobs(st));
+    return -1;
+}
+
 /* The whole document: {"common": {...}, "jobs": [...]}, in any order, and then nothing. */
 static PyObject *document(S *st) {
-    Common c = {NULL, NULL, NULL, NULL};
-    int have_common = 0;
-    PyObject *list = NULL;
-    const unsigned char *s;
-    size_t n;
-    if (expect(st, '{'))
-        return NULL;
-    for (int go = 1; go;) {
-        if (key(st, &s, &n))
-            goto fail;
-        if (IS(s, n, "common") && !have_common) {
-            if (common(st, &c))
-                goto fail;
-            have_common = 1;
-        } else if (IS(s, n, "jobs")) {
-            TAKE(list, jobs(st));
-        } else {
-            goto fail;
+    Document d = {{NULL, NULL, NULL, NULL}, 0, NULL};
+    PyObject *result = NULL;
+    if (!object(st, document_member, &d) && d.have_common && d.jobs) {
+        ws(st);
+        Common *c = &d.common;
+        if (st->p == st->end && (c->inputs || (c->inputs = PyTuple_New(0)))) {
+            PyObject *none = Py_None;
+            result = Py_BuildValue("(OOOOO)", c->linker_output ? c->linker_output : none,
+                                   c->linker_version ? c->linker_version : none, c->args,
+                                   c->inputs, d.jobs);
         }
-        if ((go = more(st, '}')) < 0)
-            goto fail;
     }
-    ws(st);
-    if (!have_common || !list || st->p != st->end)
-        goto fail;
-    if (!c.inputs && !(c.inputs = PyTuple_New(0)))
-        goto fail;
-    PyObject *none = Py_None;
-    PyObject *result = Py_BuildValue("(OOOOO)", c.linker_output ? c.linker_output : none,
-                                     c.linker_version ? c.linker_version : none, c.args,
-                                     c.inputs, list);
-    common_clear(&c);
-    Py_DECREF(list);
+    common_clear(&d.common);
+    Py_XDECREF(d.jobs);
     return result;
-fail:
-    common_clear(&c);
-    Py_XDECREF(list);
-    return NULL;
 }
 
 static PyObject *lld(PyObject *self, PyObject *arg) {
