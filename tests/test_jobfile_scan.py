@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,9 @@ from hypothesis import strategies as st
 from cached_dist import jobfile
 from cached_dist.errors import JobFileError
 
+from .llvm21 import Llvm21, requires_llvm21
 from .sanitized import sanitized_build
+from .toolchain import build, cached_dist_exe, requires_toolchain, run
 
 _built = sanitized_build("CACHED_DIST_SANITIZED_SCAN", "_scan")
 if _built is not None:  # scripts/sanitize: this file runs against its ASan/UBSan build
@@ -231,3 +234,49 @@ def test_documents_give_what_the_python_parser_gives(document: object) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         _same(json.dumps(document, ensure_ascii=False).encode("utf-8", "surrogatepass"),
               Path(tmp))  # fmt: skip
+
+
+_KEEP = """import shutil, subprocess, sys
+shutil.copy(sys.argv[-1], sys.argv[1])  # the job file, before LLD removes it
+sys.exit(subprocess.run(sys.argv[2:]).returncode)
+"""
+
+
+def _kept_job_file(tmp_path: Path, link: Any) -> bytes:
+    """The job file of a real link through cached-dist (``link(distributor, args)`` runs it)."""
+    keep = tmp_path / "keep.py"
+    keep.write_text(_KEEP)
+    saved = tmp_path / "saved.json"
+    done = link(sys.executable, [str(keep), str(saved), cached_dist_exe(),
+                                 f"--cache-dir={tmp_path / 'cache'}", "--quiet"])  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return saved.read_bytes()
+
+
+@needs_native
+@requires_toolchain
+@pytest.mark.e2e
+@pytest.mark.parametrize("name, archive", [("calc", "regular"), ("shapes", "thin")])
+def test_real_lld_22_job_files_are_taken(tmp_path: Path, name: str, archive: Any) -> None:
+    """What clang-22 and ld.lld-22 write (C and C++, a regular and a thin archive) is the
+    plain form: taken, with the Python parser's values (else every link pays the slow way)."""
+    project = build(name, tmp_path / "project", archive)
+    raw = _kept_job_file(tmp_path, lambda exe, args: project.link(
+        distributor=exe, distributor_args=args))  # fmt: skip
+    (tmp_path / "check").mkdir()
+    assert _same(raw, tmp_path / "check")
+
+
+@needs_native
+@requires_llvm21
+@pytest.mark.e2e
+@pytest.mark.parametrize("archive", ["regular", "thin"])
+def test_real_lld_21_job_files_are_taken(tmp_path: Path, archive: Any) -> None:
+    """LLD 21's job files, which name a regular archive's members ``lib.a(m.o at N)``."""
+    llvm21 = Llvm21(tmp_path / "llvm21")
+    project = llvm21.build("calc", tmp_path / "project", archive)
+    raw = _kept_job_file(tmp_path, lambda exe, args: run(
+        llvm21.link_command(project, "app", args, distributor=exe), project.dir,
+        env=llvm21.env))  # fmt: skip
+    (tmp_path / "check").mkdir()
+    assert _same(raw, tmp_path / "check")
