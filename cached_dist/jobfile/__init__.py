@@ -82,6 +82,14 @@ class Job:
         return (self.module, *shard, *self.imports, *self.extra_inputs)
 
 
+def _lld_job(
+    index: int, args: tuple[str, ...], inputs: tuple[str, ...], outputs: tuple[str, ...]
+) -> Job:
+    """A job of LLD's schema, whose inputs are the module, the shard, then the imports."""
+    return Job(index, args, inputs[0], inputs[1] if len(inputs) > 1 else None, inputs[2:], (),
+               outputs)  # fmt: skip
+
+
 class JobFile:
     """A whole job file: what every job shares, and the jobs."""
 
@@ -150,8 +158,7 @@ def load(path: str, on_read: Callable[[bytes], object] | None = None) -> JobFile
 def _scanned(path: str, scanned: Scanned) -> JobFile:
     """The job file the C scanner read (``_scan.lld``): what :class:`_Parser` makes of it."""
     linker_output, linker_version, common_args, common_inputs, raw_jobs = scanned
-    jobs = tuple([Job(i, args, ins[0], ins[1] if len(ins) > 1 else None, ins[2:], (), outs)
-                  for i, (args, ins, outs) in enumerate(raw_jobs)])  # fmt: skip
+    jobs = tuple([_lld_job(i, args, ins, outs) for i, (args, ins, outs) in enumerate(raw_jobs)])
     return JobFile(path, "lld", linker_output or "", linker_version, common_args, common_inputs,
                    jobs)  # fmt: skip
 
@@ -187,10 +194,9 @@ class _Parser:
         if "\0" in text or "" in inputs or "" in outputs:
             return table
         names = self.names
-        ins = tuple([names.setdefault(p, p) for p in inputs])
-        return Job(-1, tuple([names.setdefault(a, a) for a in args]), ins[0],
-                   ins[1] if len(ins) > 1 else None, ins[2:], (),
-                   tuple([names.setdefault(p, p) for p in outputs]))  # fmt: skip
+        return _lld_job(-1, tuple([names.setdefault(a, a) for a in args]),
+                        tuple([names.setdefault(p, p) for p in inputs]),
+                        tuple([names.setdefault(p, p) for p in outputs]))  # fmt: skip
 
     def fail(self, where: str, problem: str) -> JobFileError:
         return JobFileError(f"job file {self.path}: {where}: {problem}")
@@ -264,8 +270,7 @@ class _Parser:
             args = self.strings(job["args"], f"{where}.args", paths=False)
             inputs = self.strings(job["inputs"], f"{where}.inputs", min_len=1)
             outputs = self.strings(job["outputs"], f"{where}.outputs", min_len=1)
-            shard = inputs[1] if len(inputs) > 1 else None
-            jobs.append(Job(i, args, inputs[0], shard, inputs[2:], (), outputs))
+            jobs.append(_lld_job(i, args, inputs, outputs))
         return JobFile(
             self.path, "lld", self.optional_str(common, "linker_output", "common") or "",
             self.optional_str(common, "linker_version", "common"), common_args,
