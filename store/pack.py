@@ -66,6 +66,12 @@ def manifest(key: str, raw: Any) -> Manifest | None:
         return None
 
 
+def row_name(name: str) -> str:
+    """What pack ``name`` is called in the index (Index.get_pack): its encoding's version
+    is part of it, so a pack of another version is another row."""
+    return f"{FORMAT}:{name}"
+
+
 def read_ahead(root: str, name: str, stop: Callable[[], bool]) -> None:
     """Reads pack ``name`` of the store at ``root`` (an absolute path, as Store.root) and
     builds its manifests, ahead of the link that will ask for it (:func:`taken_ahead`). Best
@@ -75,7 +81,7 @@ def read_ahead(root: str, name: str, stop: Callable[[], bool]) -> None:
     from .rows import Rows
 
     try:
-        data = Rows(root, Modes(False)).get_bytes(Index.pack_row(f"{FORMAT}:{name}"))
+        data = Rows(root, Modes(False)).get_bytes(Index.pack_row(row_name(name)))
     except OSError:
         return
     if data is None or stop():

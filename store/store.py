@@ -218,9 +218,9 @@ class Store:
         held = self._packs.get(name)
         built: dict[str, Manifest] | None = None
         if held is None:
-            from .pack import FORMAT, decode, taken_ahead
+            from .pack import decode, row_name, taken_ahead
 
-            data = index.get_pack(f"{FORMAT}:{name}")
+            data = index.get_pack(row_name(name))
             ahead = taken_ahead(self.root, name, data)
             if ahead is not None:  # read ahead by a warm server's spare: built already
                 held = self._packs[name] = (ahead[0], set())
@@ -255,10 +255,10 @@ class Store:
         raw, answered = self._packs.get(name, ({}, set()))
         if len(raw) == len(answered) and answered == {m.key for m in manifests}:
             return  # as it is (every key it holds was asked for and placed)
-        from .pack import FORMAT, encode
+        from .pack import encode, row_name
 
         try:
-            index.set_pack(f"{FORMAT}:{name}", encode(manifests))
+            index.set_pack(row_name(name), encode(manifests))
         except (OSError, ValueError):
             pass  # a read-only or full cache, or metadata marshal cannot carry: no pack
 
