@@ -64,13 +64,19 @@ static void ws(S *st) {
     st->p = p;
 }
 
-/* The next byte after whitespace is c: consumes both. */
-static int expect(S *st, unsigned char c) {
+/* Whether the next byte after whitespace is c: consumes both if so, the whitespace only
+ * if not. */
+static int next_is(S *st, unsigned char c) {
     ws(st);
     if (st->p >= st->end || *st->p != c)
-        return -1;
+        return 0;
     st->p++;
-    return 0;
+    return 1;
+}
+
+/* next_is(c) as a step that must succeed: 0, or -1. */
+static int expect(S *st, unsigned char c) {
+    return next_is(st, c) ? 0 : -1;
 }
 
 #define ONES 0x0101010101010101ull
@@ -182,18 +188,12 @@ static int key(S *st, const unsigned char **s, size_t *n) {
 
 #define IS(s, n, lit) ((n) == sizeof(lit) - 1 && memcmp((s), (lit), sizeof(lit) - 1) == 0)
 
-/* After a member: 1 when the object goes on (','), 0 when it ends ('}'), -1 otherwise. */
+/* After an object's member or a list's item: 1 when it goes on (','), 0 when it ends
+ * (``close``), -1 otherwise. */
 static int more(S *st, unsigned char close) {
-    ws(st);
-    if (st->p < st->end && *st->p == ',') {
-        st->p++;
+    if (next_is(st, ','))
         return 1;
-    }
-    if (st->p < st->end && *st->p == close) {
-        st->p++;
-        return 0;
-    }
-    return -1;
+    return next_is(st, close) ? 0 : -1;
 }
 
 static void drop_items(S *st) {
@@ -207,10 +207,7 @@ static PyObject *strings(S *st, int paths, size_t least) {
     if (expect(st, '['))
         return NULL;
     st->nitems = 0;
-    ws(st);
-    if (st->p < st->end && *st->p == ']') {
-        st->p++;
-    } else {
+    if (!next_is(st, ']')) {
         for (int go = 1; go;) {
             if (st->nitems == st->cap) {
                 size_t cap = st->cap ? st->cap * 2 : 64;
@@ -327,11 +324,8 @@ static PyObject *jobs(S *st) {
     PyObject *list = PyList_New(0);
     if (!list)
         return NULL;
-    ws(st);
-    if (st->p < st->end && *st->p == ']') {
-        st->p++;
+    if (next_is(st, ']'))
         return list;
-    }
     for (int go = 1; go;) {
         PyObject *one = job(st);
         if (!one)
