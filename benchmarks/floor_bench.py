@@ -16,7 +16,10 @@ Per program, eight links of the same inputs are timed, interleaved round by roun
 Every distributor runs under ``timeshim.c``, which logs its wall time: the per-job excess over
 the Python floor is computed from those (the distributor's own share of each link), since
 LLD's own time varies from link to link by more than a 3,000-job full hit costs. The shim
-adds one small exec to every distributor's link alike.
+adds one small exec to every distributor's link alike. Each of ours is also read against the
+C floor link of its own round (``floor_distance``): the C floor's own excess over LLD's cache
+(LLD writing shards and a job file, starting a process, reading the outputs back) moves from
+run to run, and that reading leaves it out.
 
 Also measured: what creating an empty file costs in each program's link directory (on ext4
 it varies with how full that part of the disk is, and every copied output pays it).
@@ -345,6 +348,14 @@ def measure(args: argparse.Namespace, programs: list[str], root: Path, floor_c: 
     for program in programs:
         table[program]["round_ratios"] = ratios = round_ratios(results, program)
         print(f"| {program} | " + " | ".join(f"{ratios[n]:.2f}x" for n in CONFIGS[1:]) + " |")
+    print("\nEach of ours over the C floor link of its own round (what no distributor run by LLD "
+          "avoids: LLD's shards and job file, the process, the outputs read back), medians over "
+          "the rounds, in ms and over that round's LLD cache link:\n")  # fmt: skip
+    print("| program | " + " | ".join(OURS) + " |\n|" + " --- |" * (len(OURS) + 1))
+    for program in programs:
+        table[program]["over_c_floor"] = over = floor_distance(results, program)
+        print(f"| {program} | " + " | ".join(f"{1000 * over[n][0]:.1f} ms ({over[n][1]:.3f}x)"
+                                             for n in OURS) + " |")  # fmt: skip
     # The warm server's children are not the link's: their CPU time is nowhere in its rusage.
     local = [n for n in CONFIGS if n not in (WARM, WARM_HARD_LINK)]
     print("\nCPU time (user + system, the link and all it ran; not for the warm server, whose "
@@ -399,6 +410,23 @@ def round_ratios(results: Mapping[str, Measured], program: str) -> dict[str, flo
     return {n: statistics.median(t / base for t, base in zip(results[f"{program}: {n}"].times,
                                                              lld, strict=True))
             for n in CONFIGS[1:]}  # fmt: skip
+
+
+def floor_distance(results: Mapping[str, Measured], program: str) -> dict[str, list[float]]:
+    """Each of our configurations' distance from the C floor link of its own round: the
+    median over the rounds of the difference (seconds) and of the difference over that
+    round's LLD cache link. What a ratio to LLD's cache would mean for us, with the C floor's
+    own excess over LLD's cache (which moves from run to run) taken out."""
+    lld = results[f"{program}: LLD cache"].times
+    floor = results[f"{program}: C floor"].times
+    over: dict[str, list[float]] = {}
+    for n in OURS:
+        rounds = list(zip(results[f"{program}: {n}"].times, floor, lld, strict=True))
+        over[n] = [
+            statistics.median(t - f for t, f, _ in rounds),
+            statistics.median((t - f) / base for t, f, base in rounds),
+        ]
+    return over
 
 
 def _excess_key(config: str) -> str:

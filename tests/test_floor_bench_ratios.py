@@ -37,3 +37,30 @@ def test_serve_compare_pairs_differences() -> None:
         paired([1.0], [2.0])
     with pytest.raises(ValueError):
         paired([1.0, 2.0], [1.0])
+
+
+def test_the_distance_from_the_c_floor_leaves_out_the_floors_own_excess() -> None:
+    """floor_distance: each of ours minus the C floor link of the same round, in seconds and
+    over that round's LLD cache link, medians over the rounds; a drift over the run and the
+    C floor's own excess over LLD's cache (1.05x, then 1.12x) do not move it."""
+    from benchmarks.floor_bench import OURS, floor_distance
+
+    drift = [1.0, 1.2, 1.6, 2.0, 2.4]
+    floor_over = [1.05, 1.12, 1.05, 1.12, 1.08]
+    lld = [0.2 * d for d in drift]
+    results = {
+        "p: LLD cache": Measured(lld),
+        "p: C floor": Measured([t * f for t, f in zip(lld, floor_over, strict=True)]),
+    }
+    for k, name in enumerate(OURS):  # 0.01x, 0.02x, ... above the floor, every round
+        results[f"p: {name}"] = Measured(
+            [t * (f + 0.01 * (k + 1)) for t, f in zip(lld, floor_over, strict=True)]
+        )
+    over = floor_distance(results, "p")
+    assert set(over) == set(OURS)
+    for k, name in enumerate(OURS):
+        assert over[name][1] == pytest.approx(0.01 * (k + 1))
+        assert over[name][0] == pytest.approx(0.01 * (k + 1) * 0.2 * 1.6)  # the median round
+    # One round where ours ran while the host was slower: one outlier of five moves no median.
+    results[f"p: {OURS[0]}"].times[0] *= 3
+    assert floor_distance(results, "p")[OURS[0]][1] == pytest.approx(0.01)
