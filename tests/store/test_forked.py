@@ -268,7 +268,11 @@ def test_a_standby_keeps_nothing_of_this_process_open(tmp_path: Path) -> None:
     mark = tmp_path / "waiting"
 
     def wait(told: Any) -> None:  # runs in the standby, once it has let go of the rest
-        mark.write_text("")
+        # Written aside, then renamed: the mark shows only once the file writing it is
+        # closed (else the listing below may catch that descriptor open).
+        aside = tmp_path / "waiting.aside"
+        aside.write_text("")
+        aside.rename(mark)
         while not told():
             time.sleep(0.01)
 
