@@ -327,6 +327,18 @@ class CachedLink:
             poll = min(poll * 1.5, _POLL_MAX)
 
 
+def sweep_output_directories(job_file: JobFile) -> None:
+    """Removes what placing left beside the outputs when a link was killed outright (its
+    temporary files; store/placing.py): one listing of the outputs' directory a link."""
+    from store.placing import sweep_stale_temps
+
+    try:  # noqa: SIM105 - contextlib imports collections: ~1 ms of a full hit
+        sweep_stale_temps({os.path.dirname(job.outputs[0]) for job in job_file.jobs
+                           if job.outputs})  # fmt: skip
+    except Exception:  # tidying never fails a link
+        pass
+
+
 def _stderr_is_terminal() -> bool:
     import sys
 
@@ -393,6 +405,7 @@ def run_cached(
                 shard_keys.share_held()
             except Exception:  # a remote never fails a link
                 pass
+            sweep_output_directories(job_file)
         remote = tiers.finish() if tiers is not None else {}
         counters = {
             "shards_decoded": shard_keys.decoded,
