@@ -294,9 +294,19 @@ class CachedLink:
 
     def await_others(self, theirs: list[Keyed]) -> None:
         """Polls the keys other links are compiling: each is served as soon as it is stored;
-        one whose holder gave up or died is claimed and compiled here. Past WAIT_BOUND, the
-        rest are compiled here without claims."""
+        one whose holder gave up or died is claimed and compiled here (a marker no holder
+        vouches for is broken within seconds: store/lease.py). Past WAIT_BOUND, the rest are
+        compiled here without claims. --verbose says how long it took."""
+        if not theirs:
+            return
         started = time.monotonic()
+        try:
+            self._await(theirs, started)
+        finally:
+            self.log.detail(f"waited {time.monotonic() - started:.1f} s for {len(theirs)} "
+                            "keys other links held")  # fmt: skip
+
+    def _await(self, theirs: list[Keyed], started: float) -> None:
         deadline = started + WAIT_BOUND
         poll = _POLL_MIN
         while theirs:
