@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 import time
 
 import xxhash
@@ -49,6 +50,8 @@ if TYPE_CHECKING:
         def answer(self) -> Any: ...
 
 
+#: Output directories this process swept already (sweep_stale_temps): once is enough.
+_swept: set[str] = set()
 #: The signals that end a process unless it handles them, and that a build tool sends.
 _TERMINATING = (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP)
 
@@ -100,7 +103,13 @@ def place(blobs: Blobs, hard_link: bool, plans: Sequence[Plan]) -> list[Any]:
     if not plans:
         return []
     with SignalsHeld():
-        return _place_all(blobs, hard_link, plans)
+        placed = _place_all(blobs, hard_link, plans)
+    if not hard_link and plans[0][3] is None:  # copies made beside the outputs: tidy there
+        directory = os.path.dirname(plans[0][2])  # (a link's outputs share one directory)
+        if directory not in _swept:
+            _swept.add(directory)
+            sweep_stale_temps([directory])
+    return placed
 
 
 def _place_all(blobs: Blobs, hard_link: bool, plans: Sequence[Plan]) -> list[Any]:
@@ -157,6 +166,8 @@ def sweep_stale_temps(directories: Iterable[str]) -> int:
     """Removes from ``directories`` (a link's output directories) the temporary files
     placing left there when its process was killed outright: ``.NAME.PID.RANDOM.tmp``
     (fsutil.temp_name) whose PID no longer runs on this host. Returns how many it removed.
+    One listing of each directory (~0.4 ms for 700 files here): done where a link copies
+    outputs beside them (place) or compiles (cached_dist/link/cached.py), not on every hit.
 
     A PID that runs is kept, whoever it is now. On a directory shared by several hosts, a
     temporary file of another host's live writer may be taken for one left: that writer's
@@ -165,15 +176,17 @@ def sweep_stale_temps(directories: Iterable[str]) -> int:
     mine = os.getpid()
     for directory in directories:
         try:
-            with os.scandir(directory or ".") as entries:
-                stale = [e.path for e in entries if _left_by_dead(e.name, mine)
-                         and e.is_file(follow_symlinks=False)]  # fmt: skip
+            names = os.listdir(directory or ".")  # names only: scandir's entries cost more
         except OSError:
             continue
-        for path in stale:
+        for name in names:
+            if name[:1] != "." or name[-4:] != ".tmp" or not _left_by_dead(name, mine):
+                continue
+            path = os.path.join(directory, name)
             try:
-                os.unlink(path)
-                removed += 1
+                if stat.S_ISREG(os.lstat(path).st_mode):
+                    os.unlink(path)
+                    removed += 1
             except OSError:
                 pass
     return removed

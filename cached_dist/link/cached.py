@@ -182,8 +182,15 @@ class CachedLink:
         Raises JobsFailedError if some are still without outputs afterwards."""
         if not batch:
             return
+        from store.placing import sweep_stale_temps
+
         from .diagnostics import why_not_stored
         from .dispatch import dispatch, raise_failures  # only when something must compile
+
+        # What a link killed outright left beside its outputs (placing's temporary files):
+        # swept where something is compiled, so a killed link's relink sweeps (placing sweeps
+        # where it copies beside the outputs: store/placing.py).
+        sweep_stale_temps([os.path.dirname(batch[0].job.primary_output)])
 
         by_index = {k.job.index: k for k in batch}
         # The batch's wall time, split among its jobs in the order they finish: what a hit
@@ -337,18 +344,6 @@ class CachedLink:
             poll = min(poll * 1.5, _POLL_MAX)
 
 
-def sweep_output_directories(job_file: JobFile) -> None:
-    """Removes what placing left beside the outputs when a link was killed outright (its
-    temporary files; store/placing.py): one listing of the outputs' directory a link."""
-    from store.placing import sweep_stale_temps
-
-    try:  # noqa: SIM105 - contextlib imports collections: ~1 ms of a full hit
-        sweep_stale_temps({os.path.dirname(job.outputs[0]) for job in job_file.jobs
-                           if job.outputs})  # fmt: skip
-    except Exception:  # tidying never fails a link
-        pass
-
-
 def _stderr_is_terminal() -> bool:
     import sys
 
@@ -415,7 +410,6 @@ def run_cached(
                 shard_keys.share_held()
             except Exception:  # a remote never fails a link
                 pass
-            sweep_output_directories(job_file)
         remote = tiers.finish() if tiers is not None else {}
         counters = {
             "shards_decoded": shard_keys.decoded,

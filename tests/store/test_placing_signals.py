@@ -129,3 +129,21 @@ def test_sweep_removes_only_what_dead_processes_left(tmp_path: Path) -> None:
     assert sweep_stale_temps([str(tmp_path), str(tmp_path / "missing")]) == 1
     assert not stale.exists()
     assert all(p.exists() for p in [live, mine, *others])
+
+
+def test_placing_beside_outputs_sweeps_what_a_killed_link_left(tmp_path: Path) -> None:
+    s = Store(tmp_path / "c")
+    src = tmp_path / "src"
+    src.write_bytes(b"object")
+    assert s.put("abcd", {"obj": str(src)}, duration=0, toolchain="t", key_version=1)
+    out = tmp_path / "out"
+    out.mkdir()
+    dead = CTX.Process(target=os._exit, args=(0,))
+    dead.start()
+    dead.join(10)
+    left = out / f".app.1.42.native.o.{dead.pid}.0123456789ab.tmp"
+    left.write_bytes(b"")  # what a SIGKILL while placing leaves
+    m = s.get("abcd")
+    assert m is not None and s.materialize(m, {"obj": str(out / "app.2.43.native.o")})
+    assert not left.exists()
+    assert (out / "app.2.43.native.o").read_bytes() == b"object"
