@@ -31,7 +31,7 @@ from filelock._filesystem import break_marker_pid
 from filelock._identity import host_name, owner_is_stale
 from filelock._soft import parse_marker, read_lock_file
 
-from .fsutil import proc_stat
+from .fsutil import proc_stat, unlink_quietly
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -90,6 +90,34 @@ class HostAwareLease(SoftFileLease):
             return
         super()._try_break_pinned_lock(pinned)  # a lease of another host: expiry as seen here
 
+    def _take_over(self, marker: os.stat_result, breaker_pid: int | None) -> None:
+        """filelock's takeover (an atomic exchange); where the file system refuses exchanges
+        (NFS, some FUSE and overlay mounts: filelock then leaves the marker, and the claim
+        would wait forever), the stale marker is renamed aside instead, checked to be the
+        one judged stale, and linked back if it is not (never over a successor's)."""
+        super()._take_over(marker, breaker_pid)
+        if self._context.lock_file_fd is not None or not _exchanges_refused(self._lock_path):
+            return  # taken over (held now), or declined for a reason of filelock's own
+        try:
+            now = os.lstat(self._lock_path)
+        except OSError:
+            return  # gone: the next attempt creates it
+        if (now.st_ino, now.st_mtime) != (marker.st_ino, marker.st_mtime):
+            return  # replaced meanwhile: judged again at the next attempt
+        aside = f"{self._lock_path}.break.{os.getpid()}.{os.urandom(16).hex()}"
+        try:
+            os.rename(self._lock_path, aside)
+        except OSError:
+            return
+        try:
+            moved = os.lstat(aside)
+            if (moved.st_ino, moved.st_mtime) != (marker.st_ino, marker.st_mtime):
+                os.link(aside, self._lock_path)  # a live successor's: back, unless taken
+        except OSError:
+            pass
+        finally:
+            unlink_quietly(aside)
+
     def _kept(self, owner: OwnerRecord, marker: os.stat_result) -> bool:
         """Whether the live process ``owner`` on this host still holds its marker: it is
         stopped, or its marker was refreshed within a lease, by its mtime or as seen here
@@ -119,6 +147,30 @@ class HostAwareLease(SoftFileLease):
             _seen[self._lock_path] = (seen_as, now)
             return 0.0
         return now - seen[1]
+
+
+_refused: dict[str, bool] = {}  # directory -> whether its file system refuses exchanges
+
+
+def _exchanges_refused(lock_path: str) -> bool:
+    """Whether the file system of ``lock_path`` refuses renameat2(RENAME_EXCHANGE), tried
+    once a process on two files of its own beside it."""
+    directory = os.path.dirname(lock_path)
+    if directory not in _refused:
+        from filelock._filesystem import exchange_names, exchange_supported
+
+        first = f"{lock_path}.probe.{os.getpid()}.{os.urandom(8).hex()}"
+        second = f"{first}.2"
+        try:
+            for path in (first, second):
+                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            _refused[directory] = not (exchange_supported() and exchange_names(first, second))
+        except OSError:
+            return False  # cannot tell now: leave the marker to filelock
+        finally:
+            for path in (first, second):
+                unlink_quietly(path)
+    return _refused[directory]
 
 
 def make_lease(path: str, mode: int) -> HostAwareLease:

@@ -300,3 +300,35 @@ def test_link_through_fresh_empty_markers_waits_only_the_grace(tmp_path: Path) -
     for key in keys:
         _plant(cache / "claims" / f"{key}.lock", b"")
     assert _timed_link(project, cache, wrapper) < GRACE + 5.0
+
+
+@pytest.mark.parametrize("kind", ["empty", "dead holder"])
+def test_stale_marker_is_broken_where_exchanges_are_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """NFS and some FUSE or overlay mounts refuse renameat2(RENAME_EXCHANGE) (EINVAL):
+    filelock then leaves a stale marker where it is; the lease renames it aside instead.
+    (The refusal is what filelock's exchange helper answers for EINVAL: False.)"""
+    import filelock._filesystem
+    import filelock._soft._exclusive._recovery as recovery
+
+    for module in (recovery, filelock._filesystem):
+        monkeypatch.setattr(module, "exchange_names", lambda source, target: False)
+    root = str(tmp_path / "c")
+    Store(root).close()
+    marker = Path(root) / "claims" / "abcd.lock"
+    if kind == "empty":
+        _plant(marker, b"", age=GRACE + 5)
+    else:
+        p = CTX.Process(target=_hold_forever, args=(root,))
+        p.start()
+        deadline = time.monotonic() + 30
+        while not (marker.exists() and "pid=" in marker.read_text()):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        os.kill(p.pid or 0, signal.SIGKILL)
+        p.join(10)
+    s = Store(root)
+    with s.claim("abcd", wait=10) as c:
+        assert c.acquired
+    assert not list(marker.parent.glob("*.break.*"))
