@@ -3,9 +3,10 @@
 #   make demo-dask  the same link compiled on a local Dask cluster (scheduler, workers)
 #   make demo-serve the same link through the warm server (cached-dist serve)
 #   make test   ruff, mypy --strict and the pytest suite (what .ci/run runs)
+#   make soak   300 kill trials of concurrent links (tests/test_kill_trials.py)
 export PATH := $(CURDIR)/.venv/bin:/usr/lib/llvm-22/bin:$(PATH)
 
-.PHONY: setup demo demo-remote demo-dask demo-serve test lint bench sanitize fuzz
+.PHONY: setup demo demo-remote demo-dask demo-serve test lint bench sanitize fuzz soak
 
 setup:
 	scripts/setup
@@ -44,3 +45,9 @@ sanitize: setup
 # The job-file fuzzer's long run (CI runs 100 cases of it inside `make test`).
 fuzz: setup
 	CACHED_DIST_FUZZ_CASES=$${CACHED_DIST_FUZZ_CASES:-2000} python -m pytest -q tests/test_jobfile_fuzz.py
+
+# The kill trials' long run (CI runs 20 inside `make test`): 2-4 concurrent links on one
+# cache, one SIGKILLed or SIGTERMed at a random moment, then relinked and checked
+# (tests/test_kill_trials.py; CACHED_DIST_KILL_TRIALS=N, CACHED_DIST_KILL_SEED=S).
+soak: setup
+	CACHED_DIST_KILL_TRIALS=$${CACHED_DIST_KILL_TRIALS:-300} python -m pytest -q -s tests/test_kill_trials.py

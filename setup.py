@@ -1,7 +1,8 @@
 """Builds the optional native parts: the shard canonicalizer (cached_dist/bitcode/_shard.c),
 the job-file scanner (cached_dist/jobfile/_scan.c), the input reader
-(cached_dist/keys/_read.c), the output placer (store/_link.c) and the warm
-server's client (cached_dist/serve/client.c, an executable in the package).
+(cached_dist/keys/_read.c), the output placer (store/_link.c), the warm
+server's client (cached_dist/serve/client.c, an executable in the package) and the runners'
+guard (cached_dist/runners/guard.c, another: compilers end with their link).
 
 Everything else is declared in pyproject.toml. All are optional: when they cannot be built
 (no C compiler or Python headers) the install still succeeds; cached-dist then uses the
@@ -15,30 +16,37 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 CLIENT_SOURCE = "cached_dist/serve/client.c"
+#: Executables in the package: (source, name, C standard).
+EXECUTABLES = [
+    (CLIENT_SOURCE, "cached-dist-client", "c99"),
+    ("cached_dist/runners/guard.c", "cached-dist-guard", "gnu99"),
+]
 
 
 class BuildWithClient(build_ext):
-    """build_ext, then the client, with the same compiler (in place for editable installs)."""
+    """build_ext, then the executables, with the same compiler (in place for editable
+    installs)."""
 
     def run(self) -> None:
         super().run()
-        try:
-            self.build_client()
-        except Exception as e:  # optional, like the extension
-            print(f"warning: the warm server's client was not built: {e}")
+        for source, name, std in EXECUTABLES:
+            try:
+                self.build_executable(source, name, std)
+            except Exception as e:  # optional, like the extension
+                print(f"warning: {name} was not built: {e}")
 
-    def build_client(self) -> None:
+    def build_executable(self, source: str, name: str, std: str) -> None:
         if self.compiler is None or isinstance(self.compiler, str):
             from setuptools._distutils.ccompiler import new_compiler
             from setuptools._distutils.sysconfig import customize_compiler
 
             self.compiler = new_compiler(compiler=self.compiler)
             customize_compiler(self.compiler)
-        objects = self.compiler.compile([CLIENT_SOURCE], output_dir=self.build_temp,
-                                        extra_postargs=["-O2", "-std=c99", "-Wall"])  # fmt: skip
+        objects = self.compiler.compile([source], output_dir=self.build_temp,
+                                        extra_postargs=["-O2", f"-std={std}", "-Wall"])  # fmt: skip
         where = "" if self.inplace else self.build_lib
-        out_dir = os.path.join(where, "cached_dist", "serve")
-        self.compiler.link_executable(objects, "cached-dist-client", output_dir=out_dir)
+        out_dir = os.path.join(where, os.path.dirname(source))
+        self.compiler.link_executable(objects, name, output_dir=out_dir)
 
 
 setup(

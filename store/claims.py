@@ -61,9 +61,10 @@ class Claim:
 def claim(path: str, mode: int, wait: float, stored: Callable[[], bool]) -> Claim:
     """Try to take the claim at `path` for up to `wait` seconds, giving up early if `stored()`.
 
-    A marker left by a dead process on this host is broken on the first poll; one left by
-    another host after LEASE_DURATION without heartbeat. The holder's heartbeat thread keeps
-    its marker fresh for as long as it holds the claim, however long the compile takes.
+    A marker left by a dead process on this host is broken on the first poll, one that holds
+    no record (empty, junk) once UNREADABLE_GRACE old, one left by another host after
+    LEASE_DURATION without heartbeat (see lease.py). The holder's heartbeat thread keeps its
+    marker fresh for as long as it holds the claim, however long the compile takes.
     """
     from .lease import Timeout, make_lease
 

@@ -142,8 +142,12 @@ def kill_link_while_compiling(tc: Llvm21, project: Project, where: Path) -> None
     middle (members extracted), and checks it left a marker behind."""
     where.mkdir()
     pids = where / "pids"
-    # A backend compiler that records its parent (cached-dist) and process group, then hangs.
-    hang = script(where / "hang", f"echo \"$PPID $$\" >> '{pids}'\nexec sleep 60")
+    # A backend compiler that records cached-dist (its parent, or its guard's: the runners'
+    # cached-dist-guard, whose name the kernel cuts to 15 characters) and its process group,
+    # then hangs.
+    hang = script(where / "hang", "p=$PPID\n"
+                  "case $(cat /proc/$p/comm) in cached-dist-gua*) p=$(cut -d' ' -f4 /proc/$p/stat);; esac\n"
+                  f"echo \"$p $(cut -d' ' -f5 /proc/$$/stat)\" >> '{pids}'\nexec sleep 60")  # fmt: skip
     cmd = [a.replace(str(tc.clang), str(hang))
            for a in tc.link_command(project, "killed", ["--disable"])]  # fmt: skip
     linker = subprocess.Popen(cmd, cwd=project.dir, env=tc.env, stdout=subprocess.DEVNULL,

@@ -182,8 +182,15 @@ class CachedLink:
         Raises JobsFailedError if some are still without outputs afterwards."""
         if not batch:
             return
+        from store.placing import sweep_stale_temps
+
         from .diagnostics import why_not_stored
         from .dispatch import dispatch, raise_failures  # only when something must compile
+
+        # What a link killed outright left beside its outputs (placing's temporary files):
+        # swept where something is compiled, so a killed link's relink sweeps (placing sweeps
+        # where it copies beside the outputs: store/placing.py).
+        sweep_stale_temps([os.path.dirname(batch[0].job.primary_output)])
 
         by_index = {k.job.index: k for k in batch}
         # The batch's wall time, split among its jobs in the order they finish: what a hit
@@ -294,9 +301,19 @@ class CachedLink:
 
     def await_others(self, theirs: list[Keyed]) -> None:
         """Polls the keys other links are compiling: each is served as soon as it is stored;
-        one whose holder gave up or died is claimed and compiled here. Past WAIT_BOUND, the
-        rest are compiled here without claims."""
+        one whose holder gave up or died is claimed and compiled here (a marker no holder
+        vouches for is broken within seconds: store/lease.py). Past WAIT_BOUND, the rest are
+        compiled here without claims. --verbose says how long it took."""
+        if not theirs:
+            return
         started = time.monotonic()
+        try:
+            self._await(theirs, started)
+        finally:
+            self.log.detail(f"waited {time.monotonic() - started:.1f} s for {len(theirs)} "
+                            "keys other links held")  # fmt: skip
+
+    def _await(self, theirs: list[Keyed], started: float) -> None:
         deadline = started + WAIT_BOUND
         poll = _POLL_MIN
         while theirs:

@@ -97,7 +97,8 @@ def _run_with_fallback(
 
 
 def terminate_on_sigterm() -> None:
-    """SIGTERM unwinds like Ctrl-C, so running jobs are stopped and temporary files removed.
+    """SIGTERM (and SIGHUP, unless ignored: nohup) unwinds like Ctrl-C, so running jobs are
+    stopped and temporary files removed.
 
     Installed only when jobs are about to run: a link served from the cache has nothing to
     stop, and the signal module costs start-up time."""
@@ -107,6 +108,8 @@ def terminate_on_sigterm() -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, handler)
+    if signal.getsignal(signal.SIGHUP) is signal.SIG_DFL:
+        signal.signal(signal.SIGHUP, handler)
 
 
 def raise_failures(failures: list[Failure]) -> None:
