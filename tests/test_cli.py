@@ -180,7 +180,9 @@ def test_a_file_named_like_a_mistyped_command_is_a_job_file(tmp_path: Path) -> N
     assert_one_line_error(cli("stat", cwd=tmp_path), 2, "job file stat: invalid JSON")
 
 
-@pytest.mark.parametrize("args", [["stats"], ["--help"], ["--version"], ["stats", "--json"]])
+@pytest.mark.parametrize(
+    "args", [["stats"], ["--help"], ["--version"], ["stats", "--json"], ["flags"]]
+)
 def test_a_closed_pipe_ends_the_output_as_ls_does(tmp_path: Path, args: list[str]) -> None:
     """`cached-dist stats | head -1`: no traceback, no error; killed by SIGPIPE as `ls`
     would be (the reader here is gone before the first write: deterministic)."""
@@ -190,7 +192,8 @@ def test_a_closed_pipe_ends_the_output_as_ls_does(tmp_path: Path, args: list[str
     read, write = os.pipe()
     os.close(read)
     env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "cfg"),
-           "CACHED_DIST_DIR": str(tmp_path / "cache-dir")}  # fmt: skip
+           "CACHED_DIST_DIR": str(tmp_path / "cache-dir"),
+           "CC": "/usr/lib/llvm-22/bin/clang"}  # fmt: skip
     try:
         done = subprocess.run([cached_dist_exe(), *args], cwd=tmp_path, stdout=write,
                               stderr=subprocess.PIPE, text=True, env=env)  # fmt: skip
