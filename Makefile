@@ -11,19 +11,23 @@ export PATH := $(CURDIR)/.venv/bin:/usr/lib/llvm-22/bin:$(PATH)
 setup:
 	scripts/setup
 
-demo: setup
+demo:
+	scripts/setup demo
 	scripts/demo
 
 # Two "machines" sharing a redis-server on a free loopback port (the remote cache tier).
-demo-remote: setup
+demo-remote:
+	scripts/setup demo-remote
 	scripts/demo-remote
 
 # A Dask scheduler and two workers on loopback, one unable to see the build directory.
-demo-dask: setup
+demo-dask:
+	scripts/setup demo-dask
 	scripts/demo-dask
 
 # The warm server: a full hit served without starting Python (docs/guide.md).
-demo-serve: setup
+demo-serve:
+	scripts/setup demo
 	scripts/demo-serve
 
 lint: setup

@@ -100,10 +100,27 @@ def idle_seconds(text: str) -> float:
     return _seconds(text)
 
 
+#: The address schemes of Dask's communication layers.
+_DASK_SCHEMES = ("tcp", "tls", "ucx", "ws", "wss", "inproc")
+
+
 def _address(text: str) -> str:
-    if not text.strip():
-        raise ValueError("empty address (example: tcp://build-scheduler:8786)")
-    return text.strip()
+    """A Dask scheduler's address, [SCHEME://]HOST:PORT: checked for its form here (a typo
+    fails at configure time, in `cached-dist flags`); whether it answers, at link time."""
+    value = text.strip()
+    example = "(example: tcp://build-scheduler:8786)"
+    if not value:
+        raise ValueError(f"empty address {example}")
+    scheme, sep, rest = value.rpartition("://")
+    if sep and scheme not in _DASK_SCHEMES:
+        raise ValueError(f"unknown scheme {scheme + '://'!r} in {value!r} "
+                         f"(one of {', '.join(s + '://' for s in _DASK_SCHEMES)})")  # fmt: skip
+    if scheme == "inproc":
+        return value
+    host, colon, port = rest.rpartition(":")
+    if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"not a scheduler address: {value!r}, which needs HOST:PORT {example}")
+    return value
 
 
 def _path(text: str) -> str:
@@ -218,6 +235,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
                _seconds, "SECONDS"),
     OptionSpec("remote-timeout", "seconds a remote operation may take (default: 2)", _seconds,
                "SECONDS"),
+    OptionSpec("stats-log", "append one JSON line per link to FILE (what it did, for "
+               "dashboards and for checking that a build's links all came through here)", _path,
+               "FILE"),
     OptionSpec("config", "TOML config file (default: $XDG_CONFIG_HOME/cached-dist/config.toml)",
                _path, "FILE"),
 )  # fmt: skip
@@ -249,6 +269,7 @@ class Options:
         remote_connect_timeout: float = 0.1,
         remote_timeout: float = 2.0,
         config: str = "",
+        stats_log: str = "",  # "": no per-link log
         dask_scheduler: str = "",  # "": no Dask runner
         dask_timeout: float = DEFAULT_DASK_TIMEOUT,
         dask_resident_idle: float = DEFAULT_DASK_RESIDENT_IDLE,  # 0: no resident client
@@ -272,14 +293,16 @@ class Options:
         self.remote_connect_timeout = remote_connect_timeout
         self.remote_timeout = remote_timeout
         self.config = config
+        self.stats_log = stats_log
         self.dask_scheduler = dask_scheduler
         self.dask_timeout = dask_timeout
         self.dask_resident_idle = dask_resident_idle
         self.inner = inner
 
 
-def parse_flags(args: Sequence[str]) -> dict[str, Any]:
-    """Parses option words (``--jobs 4``, ``--jobs=4``, ``-j4``, ``--quiet``) into dest -> value."""
+def parse_flags(args: Sequence[str], command: str = "") -> dict[str, Any]:
+    """Parses option words (``--jobs 4``, ``--jobs=4``, ``-j4``, ``--quiet``) into dest -> value;
+    ``command``: the command they were given to (its name in the errors), "" for a link."""
     values: dict[str, Any] = {}
     i = 0
     while i < len(args):
@@ -288,13 +311,16 @@ def parse_flags(args: Sequence[str]) -> dict[str, Any]:
         if not eq and len(word) > 2 and word[:2] in BY_FLAG and not word.startswith("--"):
             flag, attached, eq = word[:2], word[2:], "="  # -j4
         spec = BY_FLAG.get(flag)
-        if spec is None and not word.startswith("-"):
+        if spec is None:
+            see = f"cached-dist {command} --help" if command else "cached-dist --help"
+            if word.startswith("-"):
+                raise UsageError(f"unknown option {word!r} (see {see})")
+            if command:
+                raise UsageError(f"{command}: unexpected argument {word!r} (see {see})")
             raise UsageError(
                 f"unexpected argument {word!r}: options go before the job file, "
                 "an inner distributor after '--'"
             )
-        if spec is None:
-            raise UsageError(f"unknown option {word!r} (see cached-dist --help)")
         if spec.convert is None:
             if eq:
                 raise UsageError(f"option {spec.flag} takes no value")
@@ -378,9 +404,12 @@ def _config_value(spec: OptionSpec, value: object) -> Any:
     return spec.convert(str(value))
 
 
-def resolve(flags: Sequence[str], inner: Sequence[str], environ: Mapping[str, str]) -> Options:
-    """Merges default < config file < environment < command line."""
-    cli = parse_flags(flags)
+def resolve(
+    flags: Sequence[str], inner: Sequence[str], environ: Mapping[str, str], command: str = ""
+) -> Options:
+    """Merges default < config file < environment < command line (``command``: see
+    :func:`parse_flags`)."""
+    cli = parse_flags(flags, command)
     env = from_environment(environ)
     config_path = cli.get("config") or env.get("config")
     file_values = from_config_file(

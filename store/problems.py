@@ -70,7 +70,16 @@ class Problems:
     def error(self, what: str, error: BaseException) -> str:
         """Report an exception caught while doing `what`; return its kind."""
         kind = classify(error)
-        self.report(
-            kind, f"{what}: {type(error).__name__}: {error} ({kind}); continuing without it"
-        )
+        self.report(kind, f"{what}: {describe(error, kind)}; continuing without it")
         return kind
+
+
+def describe(error: BaseException, kind: str) -> str:
+    """The error as a user reads it: the system's words and the file for an OSError
+    (``No space left on device: /c/tmp/x``), sqlite's message for the databases; the
+    exception's class too only where it is a bug (kind ``internal``), for its report."""
+    if isinstance(error, OSError) and error.strerror:
+        return f"{error.strerror}: {error.filename}" if error.filename else error.strerror
+    if kind == "internal" or not str(error):
+        return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+    return str(error)

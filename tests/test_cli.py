@@ -143,3 +143,111 @@ def test_subcommand_names_are_never_job_files(tmp_path: Path) -> None:
         (tmp_path / name).write_text("{}")
         done = cli(name, cwd=tmp_path)
         assert "job file" not in done.stderr, done.stderr
+
+
+def test_options_may_come_before_a_command(tmp_path: Path) -> None:
+    """As with git or ccache: `cached-dist --cache-dir X stats`, `cached-dist -v stats`."""
+    cache = tmp_path / "c"
+    _cache_with_one_entry(tmp_path, cache)
+    for args in (["--cache-dir", str(cache), "stats"], [f"--cache-dir={cache}", "-v", "stats"],
+                 ["-v", "--cache-dir", str(cache), "stats", "--json"]):  # fmt: skip
+        done = cli(*args, cwd=tmp_path)
+        assert done.returncode == 0, (args, done.stderr)
+        assert str(cache) in done.stdout
+    # The value of an option is never taken for a command: a cache directory called stats.
+    done = cli("--cache-dir", "stats", "--quiet", "missing.json", cwd=tmp_path)
+    assert_one_line_error(done, 2, "job file not found: missing.json")
+
+
+@pytest.mark.parametrize(
+    ("args", "text"),
+    [
+        (["stat"], "unknown command 'stat' (did you mean 'stats'?)"),
+        (["verfy"], "unknown command 'verfy' (did you mean 'verify'?)"),
+        (["-x"], "unknown option '-x' (see cached-dist --help)"),
+        (["stats", "extra"], "stats: unexpected argument 'extra' (see cached-dist stats --help)"),
+        (["stats", "--bogus"], "unknown option '--bogus' (see cached-dist stats --help)"),
+        (["flags", "-x"], "unknown option '-x' (see cached-dist flags --help)"),
+        (["clear", "--", "x"], "clear: takes no inner distributor"),
+    ],
+)  # fmt: skip
+def test_mistyped_commands_and_options(tmp_path: Path, args: list[str], text: str) -> None:
+    assert_one_line_error(cli(*args, cwd=tmp_path), 2, text)
+
+
+def test_a_file_named_like_a_mistyped_command_is_a_job_file(tmp_path: Path) -> None:
+    (tmp_path / "stat").write_text("{not json")
+    assert_one_line_error(cli("stat", cwd=tmp_path), 2, "job file stat: invalid JSON")
+
+
+@pytest.mark.parametrize(
+    "args", [["stats"], ["--help"], ["--version"], ["stats", "--json"], ["flags"]]
+)
+def test_a_closed_pipe_ends_the_output_as_ls_does(tmp_path: Path, args: list[str]) -> None:
+    """`cached-dist stats | head -1`: no traceback, no error; killed by SIGPIPE as `ls`
+    would be (the reader here is gone before the first write: deterministic)."""
+    import signal
+
+    _cache_with_one_entry(tmp_path, tmp_path / "cache-dir")
+    read, write = os.pipe()
+    os.close(read)
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "cfg"),
+           "CACHED_DIST_DIR": str(tmp_path / "cache-dir"),
+           "CC": "/usr/lib/llvm-22/bin/clang"}  # fmt: skip
+    try:
+        done = subprocess.run([cached_dist_exe(), *args], cwd=tmp_path, stdout=write,
+                              stderr=subprocess.PIPE, text=True, env=env)  # fmt: skip
+    finally:
+        os.close(write)
+    assert done.returncode == -signal.SIGPIPE, done.stderr
+    assert done.stderr == ""
+
+
+def _ok_job_file(d: Path) -> None:
+    """A job file whose compiler (python3) writes its output."""
+    _job_file(d, args=["-c", "import sys; open(sys.argv[-1], 'w').write('obj')", "m.native.o"])
+    doc = json.loads((d / "job.json").read_text())
+    doc["common"]["args"] = ["python3"]
+    (d / "job.json").write_text(json.dumps(doc))
+
+
+def _cache_with_one_entry(d: Path, cache: Path) -> None:
+    _ok_job_file(d)
+    done = cli(f"--cache-dir={cache}", "--quiet", "job.json", cwd=d)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+
+
+def test_store_warnings_speak_plainly(tmp_path: Path) -> None:
+    """A cache problem is told in the system's words, not as a Python exception."""
+    _ok_job_file(tmp_path)
+    (tmp_path / "file").write_text("not a directory")
+    done = cli(f"--cache-dir={tmp_path / 'file' / 'cache'}", "--quiet", "job.json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    (line,) = done.stderr.splitlines()
+    assert line.startswith(f"cached-dist: warning: cache {tmp_path / 'file' / 'cache'}: "), line
+    assert "Not a directory" in line and "Error" not in line and "(io)" not in line, line
+
+
+def test_the_stats_log_has_a_line_per_link(tmp_path: Path) -> None:
+    _ok_job_file(tmp_path)
+    log = tmp_path / "links.jsonl"
+    for _ in range(2):
+        done = cli(f"--stats-log={log}", "--quiet", "job.json", cwd=tmp_path)
+        assert done.returncode == 0 and done.stderr == "", done.stderr
+    first, second = (json.loads(line) for line in log.read_text().splitlines())
+    assert (first["output"], first["cwd"], first["jobs"]) == ("a", str(tmp_path), 1)
+    assert (first["hits"], first["compiled"], first["runner"]) == (0, 1, "local")
+    assert (second["hits"], second["local_hits"], second["compiled"]) == (1, 1, 0)
+    assert second["bytes_served"] == 3 and second["seconds"] > 0
+    keys = {"time", "cwd", "output", "jobs", "hits", "local_hits", "remote_hits", "waited",
+            "compiled", "runner", "compiled_remotely", "fallback", "verified", "mismatches",
+            "bytes_served", "seconds"}  # fmt: skip
+    assert set(first) == keys
+    reference = (Path(__file__).parent.parent / "docs" / "reference.md").read_text()
+    table = reference[reference.index("### The stats log") :]
+    assert all(f"`{key}`" in table for key in keys)
+    # A log that cannot be written is a warning; the link goes on.
+    done = cli(f"--stats-log={tmp_path}", "--quiet", "job.json", cwd=tmp_path)
+    assert done.returncode == 0
+    assert done.stderr == f"cached-dist: warning: cannot write the stats log {tmp_path}: " \
+                          "Is a directory\n"  # fmt: skip

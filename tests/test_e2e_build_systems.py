@@ -2,15 +2,19 @@
 
 Each ```` ```sh recipe:NAME ```` block of the guide is run with bash in a copy of
 tests/programs/tally (a C++ program with a C static library and a C++ shared library), with
-real cmake, ninja, make and meson. The program must run; then a source of each library is
-touched and the recipe's ``export`` lines and last command (its build step) run again: both
-links must run again and compile no backend job.
+real cmake, ninja, make, meson, autoconf, automake and libtool (the autotools recipe runs on
+tally's sources with tests/programs/autotally's configure.ac and Makefile.am). The program
+must run; then a source of each library is touched and the recipe's ``export`` lines, its
+``flags=`` line and its last command (its build step) run again: both links must run again
+and compile no backend job. Each recipe must also stop at ``cached-dist flags`` when the
+compiler cannot do DTLTO (Debian's clang-14), before it configures anything.
 
 The test adds only environment: the cache directory (CACHED_DIST_DIR, as the guide suggests),
 and, through clang's CCC_OVERRIDE_OPTIONS, ``-Wl,--thinlto-remote-compiler=`` naming a wrapper
 that counts backend compilations.
 """
 
+import json
 import os
 import re
 import shutil
@@ -27,7 +31,9 @@ pytestmark = [requires_toolchain, pytest.mark.e2e]
 GUIDE = Path(__file__).parent.parent / "docs" / "guide.md"
 RECIPE = re.compile(r"^```sh recipe:(\S+)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 TOOLS = {"cmake-ninja": ("cmake", "ninja"), "cmake-make": ("cmake", "make"),
-         "make": ("make",), "meson": ("meson", "ninja")}  # fmt: skip
+         "make": ("make",), "meson": ("meson", "ninja"),
+         "autotools": ("autoreconf", "libtoolize", "make")}  # fmt: skip
+SNIPPET = re.compile(r"^```cmake\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 # Backend jobs of each link: libfixed.so (fixed.cpp), and tally (main.cpp, report.cpp and the
 # static library's sum.c, extremes.c).
 LINKS = [1, 4]
@@ -42,21 +48,75 @@ def recipes() -> dict[str, str]:
 
 
 def rebuild_script(recipe: str) -> str:
-    """The recipe's ``export`` lines and its last command (continuation lines joined)."""
+    """The recipe's ``export`` lines, its ``flags=`` line and its last command
+    (continuation lines joined)."""
     commands = [c.strip() for c in recipe.replace("\\\n", " ").splitlines() if c.strip()]
-    return "\n".join([*(c for c in commands if c.startswith("export ")), commands[-1]])
+    kept = [c for c in commands if c.startswith(("export ", "flags="))]
+    return "\n".join([*kept, commands[-1]])
 
 
 def test_the_guide_has_one_recipe_per_build_system() -> None:
     found = recipes()
     assert set(found) == set(TOOLS)
-    for body in found.values():
-        assert '"$(cached-dist flags)"' in body
+    for name, body in found.items():
+        # The flags are taken first, and a failure stops the recipe there.
+        flags = "--libtool" if name == "autotools" else ""
+        assert f'flags="$(cached-dist flags{" " + flags if flags else ""})" &&\n' in body
+        assert body.count("$(cached-dist flags") == 1
 
 
-def test_rebuild_script_is_the_exports_and_the_build_step() -> None:
-    recipe = 'export CC=c\ncmake -S . \\\n    -DX="$(f)"\ncmake --build build\n'
-    assert rebuild_script(recipe) == "export CC=c\ncmake --build build"
+def test_rebuild_script_is_the_exports_the_flags_and_the_build_step() -> None:
+    recipe = ('export CC=c\nflags="$(f)" &&\ncmake -S . \\\n    -DX="$flags" &&\n'
+              "cmake --build build\n")  # fmt: skip
+    assert rebuild_script(recipe) == 'export CC=c\nflags="$(f)" &&\ncmake --build build'
+
+
+def _project(name: str, tmp_path: Path) -> Path:
+    """A copy of tally to build with recipe ``name`` (with autotally's files for autotools,
+    its configure script made by autoreconf as a release tarball would ship it)."""
+    project = tmp_path / "tally"
+    shutil.copytree(PROGRAMS / "tally", project)
+    if name == "autotools":
+        (project / "Makefile").unlink()
+        for path in (PROGRAMS / "autotally").iterdir():
+            shutil.copy(path, project)
+        done = subprocess.run(["autoreconf", "-fi"], cwd=project, capture_output=True,
+                              text=True, env={**os.environ, "PATH": _path()})  # fmt: skip
+        assert done.returncode == 0, done.stderr
+    return project
+
+
+def _env(tmp_path: Path, wrapper: Path | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ISOLATE}
+    env |= {"PATH": _path(), "CACHED_DIST_DIR": str(tmp_path / "cache"),
+            "XDG_CONFIG_HOME": str(tmp_path / "cfg")}  # fmt: skip
+    if wrapper is not None:
+        env["CCC_OVERRIDE_OPTIONS"] = f"+-Wl,--thinlto-remote-compiler={wrapper}"
+    return env
+
+
+def _missing(name: str) -> None:
+    missing = [t for t in TOOLS[name] if shutil.which(t, path=_path()) is None]
+    if missing:
+        pytest.skip(f"{', '.join(missing)} not installed (run scripts/setup)")
+
+
+@pytest.mark.parametrize("name", sorted(TOOLS))
+def test_recipe_stops_at_a_compiler_that_cannot_do_dtlto(tmp_path: Path, name: str) -> None:
+    """Run with Debian's clang-14 in place of clang-22: the one error line of `cached-dist
+    flags`, a non-zero status, and nothing configured or built."""
+    _missing(name)
+    if shutil.which("clang-14") is None:
+        pytest.skip("clang-14 not installed (run scripts/setup)")
+    recipe = recipes()[name].replace("clang-22", "clang-14").replace("clang++-22", "clang++-14")
+    project = _project(name, tmp_path)
+    before = set(project.iterdir())
+    done = subprocess.run(["bash", "-c", recipe], cwd=project, env=_env(tmp_path),
+                          capture_output=True, text=True)  # fmt: skip
+    assert done.returncode != 0, done.stdout + done.stderr
+    assert done.stderr.startswith("cached-dist: error: clang-14 ") and done.stderr.count("\n") == 1
+    assert "cannot link through a distributor: DTLTO needs clang 21 or later" in done.stderr
+    assert set(project.iterdir()) == before  # no build directory, no objects, no Makefile
 
 
 def _counting_compiler(where: Path) -> tuple[Path, Path]:
@@ -79,21 +139,20 @@ def _bash(script: str, cwd: Path, env: dict[str, str]) -> str:
 
 @pytest.mark.parametrize("name", sorted(TOOLS))
 def test_recipe_builds_runs_and_relinks_from_the_cache(tmp_path: Path, name: str) -> None:
-    missing = [t for t in TOOLS[name] if shutil.which(t, path=_path()) is None]
-    if missing:
-        pytest.skip(f"{', '.join(missing)} not installed (run scripts/setup)")
+    _missing(name)
     recipe = recipes()[name]
-    project = tmp_path / "tally"
-    shutil.copytree(PROGRAMS / "tally", project)
+    project = _project(name, tmp_path)
     wrapper, counter = _counting_compiler(tmp_path)
     cache = tmp_path / "cache"
-    env = {k: v for k, v in os.environ.items() if k not in ISOLATE}
-    env |= {"PATH": _path(), "CACHED_DIST_DIR": str(cache),
-            "XDG_CONFIG_HOME": str(tmp_path / "cfg"),
-            "CCC_OVERRIDE_OPTIONS": f"+-Wl,--thinlto-remote-compiler={wrapper}"}  # fmt: skip
+    env = _env(tmp_path, wrapper)
+    log = tmp_path / "links.jsonl"
+    env["CACHED_DIST_STATS_LOG"] = str(log)  # every link of the build comes through
 
     output = _bash(recipe, project, env)
     program = next(p for p in (project / "build" / "tally", project / "tally") if p.exists())
+    outputs = [json.loads(line)["output"] for line in log.read_text().splitlines()]
+    assert any(o.endswith("tally") for o in outputs), outputs
+    assert any("libfixed.so" in o for o in outputs), outputs
     expected = (PROGRAMS / "tally" / "expected.txt").read_text()
     assert subprocess.run([program], capture_output=True, text=True).stdout == expected
     assert _summaries(output) == [(jobs, 0, jobs) for jobs in LINKS], output
@@ -122,3 +181,27 @@ def _path() -> str:
     here = os.path.dirname(cached_dist_exe())
     venv = os.path.dirname(sys.executable)
     return os.pathsep.join(dict.fromkeys([here, venv, "/usr/local/bin", "/usr/bin", "/bin"]))
+
+
+def test_the_guides_cmakelists_snippet_stops_cmake_or_links_through_cached_dist(
+    tmp_path: Path,
+) -> None:
+    """The guide's CMakeLists.txt form: with clang-14, `cmake` itself fails on the error of
+    `cached-dist flags`; with clang-22 the build links through cached-dist."""
+    _missing("cmake-ninja")
+    (snippet,) = SNIPPET.findall(GUIDE.read_text())
+    project = _project("cmake-ninja", tmp_path)
+    lists = project / "CMakeLists.txt"
+    lists.write_text(lists.read_text().replace("project(tally C CXX)\n",
+                                               "project(tally C CXX)\n" + snippet))  # fmt: skip
+    env = _env(tmp_path)
+    configure = ["cmake", "-S", ".", "-B", "build", "-G", "Ninja",
+                 "-DCMAKE_INTERPROCEDURAL_OPTIMIZATION=ON"]  # fmt: skip
+    old = subprocess.run(configure, cwd=project, capture_output=True, text=True,
+                         env={**env, "CC": "clang-14", "CXX": "clang++-14"})  # fmt: skip
+    assert old.returncode != 0
+    assert "cannot link through a distributor: DTLTO needs clang 21" in old.stderr
+    shutil.rmtree(project / "build")
+    new = {**env, "CC": "clang-22", "CXX": "clang++-22"}
+    output = _bash(" ".join(configure) + " && cmake --build build", project, new)
+    assert _summaries(output) == [(jobs, 0, jobs) for jobs in LINKS], output

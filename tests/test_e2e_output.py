@@ -28,7 +28,7 @@ def test_verbose_says_where_each_object_came_from(tmp_path: Path) -> None:
     second = project.link("second", remote_compiler=wrapper, distributor_args=args)
     hits = re.findall(r"hit  \w+ (\S+): local cache, [\d.]+ ms", second.stderr)
     assert len(hits) == 5, second.stderr
-    assert re.search(r"5 jobs: 5 hits, 0 compiled, [\d.]+ s$", second.stderr.strip())
+    assert re.search(r"5 jobs: 5 hits, 0 compiled, (\d+ ms|\d+\.\d\d s)$", second.stderr.strip())
 
 
 def test_verbose_names_the_inner_distributor_and_the_fallback(tmp_path: Path) -> None:
@@ -49,7 +49,9 @@ def test_verbose_names_the_inner_distributor_and_the_fallback(tmp_path: Path) ->
     fallback = re.findall(r"compiled here after the runner failed \(fallback\), [\d.]+ s",
                           failing.stderr)  # fmt: skip
     assert len(fallback) == 5
-    assert re.search(r"5 jobs: 0 hits, 0 compiled, 5 fallback, [\d.]+ s", failing.stderr)
+    assert re.search(
+        r"5 jobs: 0 hits, 0 compiled, 5 fallback, (\d+ ms|\d+\.\d\d s)", failing.stderr
+    )
 
 
 def _slow_link(tmp_path: Path, extra: list[str]) -> list[str]:

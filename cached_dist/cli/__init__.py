@@ -74,19 +74,65 @@ def main(argv: Sequence[str] | None = None, handoff: Handoff | None = None) -> i
         return INTERNAL_ERROR
 
 
+def _quiet_on_closed_pipe() -> None:
+    from .pipe import die_on_closed_pipe
+
+    die_on_closed_pipe()
+
+
+def command_at(args: Sequence[str]) -> int | None:
+    """Where the command word is (``stats`` in ``cached-dist -v --cache-dir X stats``): the
+    first word that is neither an option nor an option's value, if it names a command. Global
+    options may come before a command, as with git or ccache."""
+    from ..options import BY_FLAG
+
+    i = 0
+    while i < len(args):
+        word = args[i]
+        if word == "--":
+            return None
+        if not word.startswith("-") or word == "-":
+            return i if word in SUBCOMMANDS else None
+        spec = BY_FLAG.get(word)
+        if spec is not None and spec.convert is not None:
+            i += 1  # its value: `--cache-dir stats` names a directory called stats
+        i += 1
+    return None
+
+
+def _not_a_job_file(word: str) -> None:
+    """Raises a usage error when the job-file position holds what is plainly not one: an
+    unknown option, or a mistyped command (no such file, close to a command's name)."""
+    if os.path.lexists(word):
+        return
+    if word.startswith("-"):
+        raise UsageError(f"unknown option {word!r} (see cached-dist --help)")
+    if os.sep in word or "." in word:
+        return
+    import difflib
+
+    close = difflib.get_close_matches(word, SUBCOMMANDS, n=1, cutoff=0.6)
+    if close:
+        raise UsageError(f"unknown command {word!r} (did you mean {close[0]!r}?)")
+
+
 def _main(args: list[str], handoff: Handoff | None = None) -> int:
-    if args and args[0] in SUBCOMMANDS:
+    at = command_at(args)
+    if at is not None:
         from .commands import run_command
 
-        return run_command(args[0], args[1:])
+        return run_command(args[at], [*args[:at], *args[at + 1 :]])
     before_inner = args[: args.index("--")] if "--" in args else args
     if "-h" in before_inner or "--help" in before_inner:
+        _quiet_on_closed_pipe()
         print(help_text())
         return 0
     if "--version" in before_inner:
+        _quiet_on_closed_pipe()
         print(f"cached-dist {__version__}")
         return 0
     flags, inner, job_file_path = split_invocation(args)
+    _not_a_job_file(job_file_path)
     from ..options import resolve
 
     options = resolve(flags, inner, os.environ)

@@ -36,8 +36,9 @@ def drivers(given: Sequence[str], environ: Mapping[str, str]) -> list[list[str]]
     return found
 
 
-def check(driver: Sequence[str], distributor: str, environ: Mapping[str, str]) -> None:
-    """Raises UsageError (one line) unless ``driver`` can link through ``distributor``."""
+def check(driver: Sequence[str], distributor: str, environ: Mapping[str, str]) -> str:
+    """Raises UsageError (one line) unless ``driver`` can link through ``distributor``;
+    returns the backend compiler the driver names for the jobs (its own clang)."""
     name = " ".join(driver)
     if shutil.which(driver[0], path=environ.get("PATH")) is None:
         raise UsageError(f"compiler {driver[0]!r} not found: set CC or --cc to a clang ({NEEDS})")
@@ -52,7 +53,10 @@ def check(driver: Sequence[str], distributor: str, environ: Mapping[str, str]) -
         raise UsageError(f"cannot run compiler {name!r}: {e}") from None
     output = done.stdout + done.stderr
     if done.returncode == 0 and "--thinlto-distributor=" in output:
-        return
+        for word in shlex.split(output.splitlines()[-1]):
+            if word.startswith("--thinlto-remote-compiler="):
+                return word.partition("=")[2]
+        return shutil.which(driver[0], path=environ.get("PATH")) or driver[0]
     lines = output.splitlines()
     version = next((ln.strip() for ln in lines if " version " in ln), "unknown version")
     errors = [ln.strip() for ln in lines if "error:" in ln]

@@ -432,4 +432,5 @@ def run_cached(
                 if link.pack is not None:
                     handoff.pack = (store.root, link.pack)
                 handoff.pack_read_ahead = store.packs_read_ahead > 0
+    link.summary.bytes_served = link.bytes_served
     return link.summary

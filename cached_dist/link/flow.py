@@ -66,7 +66,12 @@ def run(job_file: JobFile, options: Options, log: Log, handoff: Handoff | None =
             from .extracted import sweep
 
             sweep()
-    log.info(summary.line(time.monotonic() - started))
+    elapsed = time.monotonic() - started
+    log.info(summary.line(elapsed))
+    if options.stats_log:
+        from .stats_log import append
+
+        append(options, job_file, summary, elapsed, log)
     return 0
 
 

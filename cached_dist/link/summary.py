@@ -13,11 +13,16 @@ _TERMINAL_EVERY = 0.1  # at most this often on a terminal
 _PLAIN_EVERY = 5.0  # at most this often as plain lines (--progress on a pipe)
 
 
+def duration(seconds: float) -> str:
+    """``1.52 s``, or ``37 ms`` below a second (a full hit's time, which ``0.04 s`` blurs)."""
+    return f"{seconds:.2f} s" if seconds >= 1 else f"{1000 * seconds:.0f} ms"
+
+
 class Summary:
     """Counts by kind of work; ``line`` names only the kinds that happened."""
 
-    __slots__ = ("compiled", "compiled_remotely", "fallback", "hits", "jobs", "mismatches",
-                 "remote_hits", "verified", "wait_seconds", "waited")  # fmt: skip
+    __slots__ = ("bytes_served", "compiled", "compiled_remotely", "fallback", "hits", "jobs",
+                 "mismatches", "remote_hits", "verified", "wait_seconds", "waited")  # fmt: skip
 
     def __init__(self, jobs: int, hits: int = 0, compiled: int = 0, fallback: int = 0) -> None:
         self.jobs = jobs
@@ -30,6 +35,7 @@ class Summary:
         self.compiled_remotely = 0  # of those compiled, how many on other machines (Dask workers)
         self.verified = 0  # hits recompiled by --verify-hits
         self.mismatches = 0
+        self.bytes_served = 0  # the hits' objects, in bytes
 
     def line(self, elapsed: float) -> str:
         how = []
@@ -46,7 +52,7 @@ class Summary:
             parts.append(f"{self.fallback} fallback")
         if self.verified:
             parts.append(f"{self.verified} verified ({self.mismatches} mismatches)")
-        return ", ".join(parts) + f", {elapsed:.2f} s"
+        return ", ".join(parts) + ", " + duration(elapsed)
 
 
 class Progress:

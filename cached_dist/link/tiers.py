@@ -423,7 +423,8 @@ class Tiers:
         for remote in self.remotes:
             if remote.backend is not None:
                 self.counters["remote_round_trips"] += remote.backend.round_trips
-                self.log.detail(f"remote {remote.url}: {remote.backend.round_trips} round trips")
+                trips = remote.backend.round_trips
+                self.log.detail(f"remote {remote.url}: {trips} round trip{'s' * (trips != 1)}")
                 with contextlib.suppress(Exception):
                     remote.backend.close()
         return self.counters

@@ -21,10 +21,13 @@ if TYPE_CHECKING:
     from ..keys.compute import Keyed
 
 
-def shadow(job: Job) -> Job | None:
-    """The same job writing to ``OUTPUT.verify-PID`` instead; None if an output is not on its
-    command line (then it cannot be redirected, so it is not verified)."""
-    renamed = {out: f"{out}.verify-{os.getpid()}" for out in job.outputs}
+def shadow(job: Job, directory: str) -> Job | None:
+    """The same job writing its outputs into ``directory`` (a private temporary one: never
+    beside the outputs, which may be in /dev for a configure probe's ``-o /dev/null``);
+    None if an output is not on its command line (then it cannot be redirected, so it is
+    not verified)."""
+    renamed = {out: os.path.join(directory, f"{i}-{os.path.basename(out)}")
+               for i, out in enumerate(job.outputs)}  # fmt: skip
     args, seen = [], set()
     for arg in job.args:
         flag, eq, value = arg.partition("=")
@@ -49,10 +52,30 @@ def _same(a: str, b: str) -> bool:
 def verify_hits(
     job_file: JobFile, hits: Sequence["Keyed"], options: Options, log: Log, store: "Store"
 ) -> dict[str, int]:
+    sample = [k for k in hits if random.random() < options.verify_hits]
+    if not sample:
+        return {"hits_verified": 0, "hit_mismatches": 0, "hits_unverifiable": 0}
+    import shutil
+    import tempfile
+
+    directory = tempfile.mkdtemp(prefix="cached-dist-verify-")
+    try:
+        return _verify(job_file, sample, options, log, store, directory)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _verify(
+    job_file: JobFile, sample: Sequence["Keyed"], options: Options, log: Log, store: "Store",
+    directory: str,
+) -> dict[str, int]:  # fmt: skip
     from ..runners import Result, make_runner
 
-    sample = [k for k in hits if random.random() < options.verify_hits]
-    pairs = [(k, shadow(k.job)) for k in sample]
+    pairs = []
+    for k in sample:
+        mine = os.path.join(directory, str(k.job.index))
+        os.mkdir(mine)
+        pairs.append((k, shadow(k.job, mine)))
     runnable = [(k, s) for k, s in pairs if s is not None]
     counts = {
         "hits_verified": 0,
@@ -94,9 +117,30 @@ def verify_hits(
             if k.key is not None:
                 store.drop(k.key)
             for out, fresh in zip(k.job.outputs, s.outputs, strict=True):
-                os.replace(fresh, out)
+                _replace(fresh, out)
         finally:
             for fresh in s.outputs:
                 with contextlib.suppress(OSError):
                     os.unlink(fresh)
     return counts
+
+
+def _replace(fresh: str, out: str) -> None:
+    """``out`` gets the fresh bytes whole: renamed over it where both are on one file
+    system, else copied beside it and renamed."""
+    try:
+        os.replace(fresh, out)
+    except OSError as e:
+        import errno
+        import shutil
+
+        if e.errno != errno.EXDEV:
+            raise
+        aside = f"{out}.cached-dist-{os.getpid()}.tmp"
+        try:
+            shutil.copyfile(fresh, aside)
+            os.replace(aside, out)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(aside)
+            raise

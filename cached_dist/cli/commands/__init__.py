@@ -13,11 +13,15 @@ if TYPE_CHECKING:
     from store import Store
 
 
+#: The command this process runs (run_command), named in the errors of its options.
+running = ""
+
+
 def options_for(args: Sequence[str]) -> tuple[Options, Log]:
     """The same options (and environment, config file) as a link; no job file, no inner."""
     if "--" in args:
-        raise UsageError("commands take no inner distributor")
-    options = resolve(list(args), [], os.environ)
+        raise UsageError(f"{running or 'commands'}: takes no inner distributor")
+    options = resolve(list(args), [], os.environ, running)
     return options, Log(quiet=options.quiet, verbose=options.verbose)
 
 
@@ -33,6 +37,12 @@ def open_store(options: Options, log: Log) -> "Store":
 
 
 def run_command(name: str, args: Sequence[str]) -> int:
+    global running
+    running = name
+    if name != "serve":
+        from ..pipe import die_on_closed_pipe
+
+        die_on_closed_pipe()
     module = import_module(f".{name}", __name__)
     if "-h" in args or "--help" in args:
         print(module.__doc__)

@@ -1,10 +1,12 @@
-"""usage: cached-dist flags [--server] [--cc COMPILER]... [OPTIONS] [-- INNER [ARGS...]]
+"""usage: cached-dist flags [--server] [--libtool] [--cc COMPILER]... [OPTIONS] [-- INNER [ARGS...]]
 
 Prints, as one line of shell words, the compiler-driver flags that link through cached-dist:
 
   -fuse-ld=lld -flto=thin -fthinlto-distributor=/abs/path/cached-dist [-Xthinlto-distributor=...]
 
 so that LDFLAGS="$(cached-dist flags)" works (and CMAKE_EXE_LINKER_FLAGS, c_link_args).
+With --libtool, the same as linker flags (-Wl,--thinlto-distributor=... and the jobs'
+compiler), which libtool passes to every link, shared libraries' included (autotools).
 With --server, the distributor is the warm server's client, which runs cached-dist itself
 whenever `cached-dist serve` cannot serve a link (see `cached-dist serve --help`).
 OPTIONS are cached-dist options, checked now and passed to every link (relative paths made
@@ -20,26 +22,50 @@ import shutil
 import sys
 
 from ...errors import UsageError
-from ...options import BY_FLAG, parse_flags
+from ...options import BY_FLAG, resolve
 from .. import driver
 
 
 def main(args: list[str]) -> int:
-    server = "--server" in args[: args.index("--") if "--" in args else len(args)]
-    if server:
-        args = list(args)
-        args.remove("--server")
+    own = args[: args.index("--") if "--" in args else len(args)]
+    server, libtool = "--server" in own, "--libtool" in own
+    args = [a for a in own if a not in ("--server", "--libtool")] + args[len(own) :]
     compilers, words = _take_cc(args)
     options, inner = _split_inner(words)
-    parse_flags(options)  # a typo fails now, at configure time, not in every link
+    # Everything a link would check, now, at configure time, not in every link: the options
+    # baked in, and the environment and config file the links will read as well.
+    resolve(options, inner, os.environ, "flags")
     distributor = distributor_path()
-    for words_of_driver in driver.drivers(compilers, os.environ):
-        driver.check(words_of_driver, distributor, os.environ)
+    backend = [driver.check(words, distributor, os.environ)
+               for words in driver.drivers(compilers, os.environ)]  # fmt: skip
     flags = link_flags(distributor, options, inner)
     if server:
         flags = _through_client(flags, distributor)
+    if libtool:
+        flags = through_linker(flags, backend[0])
     print(" ".join(shlex.quote(flag) for flag in flags))
     return 0
+
+
+def through_linker(flags: list[str], compiler: str) -> list[str]:
+    """The same flags given to lld itself with ``-Wl,``, which libtool passes on: it drops
+    ``-fthinlto-distributor=`` from a shared library's link and empties it in a program's,
+    so those links would not reach cached-dist, silently. The driver names itself as the
+    jobs' compiler; here ``compiler``, the one the check found, is named instead."""
+    if "," in compiler:
+        raise UsageError(f"the compiler path {compiler!r} contains a comma, which clang would "
+                         "split")  # fmt: skip
+    out = []
+    for flag in flags:
+        if flag.startswith("-fthinlto-distributor="):
+            out += [f"-Wl,--thinlto-distributor={flag.partition('=')[2]}",
+                    f"-Wl,--thinlto-remote-compiler={compiler}"]  # fmt: skip
+        elif flag.startswith("-Xthinlto-distributor="):
+            out += [f"-Wl,--thinlto-distributor-arg={word}"
+                    for word in flag.partition("=")[2].split(",")]  # fmt: skip
+        else:
+            out.append(flag)
+    return out
 
 
 def _through_client(flags: list[str], distributor: str) -> list[str]:

@@ -16,7 +16,8 @@ EXTRA = ("shards_decoded", "shards_memoized", "shards_not_canonical", "jobs_not_
          "hit_mismatches", "hits_unverifiable", "wall_saved_us",
          # the remote tier (link.tiers): hits counts both tiers, remote_hits the remote's share
          "remote_hits", "remote_misses", "remote_errors", "remote_corrupt", "remote_uploads",
-         "remote_bytes_downloaded", "remote_bytes_uploaded", "remote_round_trips")  # fmt: skip
+         "remote_bytes_downloaded", "remote_bytes_uploaded", "remote_round_trips",
+         "remote_memo_hits", "remote_memo_uploads")  # fmt: skip
 
 
 def main(args: list[str]) -> int:
