@@ -27,9 +27,11 @@ SUMMARY = re.compile(r"^cached-dist: \d+ jobs: ")
 
 
 def shape(line: str) -> str:
-    """A line with what varies between runs taken out: keys, module names, numbers."""
+    """A line with what varies between runs taken out: keys, module names, numbers, and the
+    unit of a link's time (ms below a second: a loaded machine may take seconds)."""
     line = re.sub(r"\b[0-9a-f]{32}\b", "KEY", line.strip())
     line = re.sub(r"\b[\w-]+\.o\b", "MODULE", line)
+    line = re.sub(r"\b\d+ ms$|\b\d+\.\d\d s$", "TIME", line)
     return re.sub(r"\d+(\.\d+)?", "N", line)
 
 
@@ -43,7 +45,8 @@ def blocks() -> Iterator[tuple[str, str, list[str]]]:
 def test_shape() -> None:
     assert shape("cached-dist: hit  3c8e5a0f7d1b2c4e6a8f0b1d3e5c7a9f main.o: local cache, 0.4 ms") \
         == shape("cached-dist: hit  00112233445566778899aabbccddeeff eval.o: local cache, 12.25 ms")  # fmt: skip
-    assert shape("5 jobs: 5 hits, 0 compiled, 38 ms") != shape("5 jobs: 5 hits, 0 compiled, 1.2 s")
+    assert shape("5 jobs: 5 hits, 0 compiled, 38 ms") == shape("5 jobs: 5 hits, 0 compiled, 1.20 s")
+    assert shape("5 jobs: 5 hits, 0 compiled, 38 ms") != shape("5 jobs: 5 hits, 0 compiled")
 
 
 @pytest.fixture(scope="module")

@@ -154,8 +154,10 @@ def test_relink_after_sigkill_mid_compile_succeeds_quickly(tmp_path: Path) -> No
     deadline = time.monotonic() + 60
     while compilations(counter) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
-    victims = subprocess.run(["pgrep", "-f", "cached-dist --cache-dir"], capture_output=True,
-                             text=True).stdout.split()  # fmt: skip
+    # This link's cached-dist only (its argv names this test's cache): never another
+    # process's, which may be running a test of its own on this machine.
+    victims = subprocess.run(["pgrep", "-f", f"cached-dist --cache-dir={cache} "],
+                             capture_output=True, text=True).stdout.split()  # fmt: skip
     assert victims, "cached-dist was not running"
     for pid in victims:
         os.kill(int(pid), signal.SIGKILL)
