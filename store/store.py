@@ -263,11 +263,13 @@ class Store:
             pass  # a read-only or full cache, or metadata marshal cannot carry: no pack
 
     def _decoded(self, index: Index, key: str, raw: object) -> Manifest | None:
-        """The manifest in an index row; None for a damaged one, which is dropped and counted."""
+        """The manifest in an index row; None for a damaged one (or one naming another key),
+        which is dropped and counted, or one of an older format, dropped only."""
         manifest = Manifest.decode(key, raw)
         if manifest is None:
             index.drop_entry(key)
-            self._count(corruptions=1)
+            if not Manifest.other_format(raw):
+                self._count(corruptions=1)
         return manifest
 
     def materialize(self, manifest: Manifest, dests: Mapping[str, str]) -> bool:
