@@ -433,7 +433,7 @@ class Store:
                     for role, (digest, _) in manifest.outputs.items():
                         with open(self._blobs.path(digest), "rb") as f:
                             data[role] = f.read()
-                    value = entry.encode(data, manifest.meta, manifest.outputs)
+                    value = entry.encode(key, data, manifest.meta, manifest.outputs)
                 except (OSError, ValueError):
                     value = None  # evicted meanwhile, or a damaged blob: a miss
             values.append(value)
@@ -441,8 +441,8 @@ class Store:
 
     def put_many(self, items: Sequence[tuple[str, bytes]], release: str | None = None) -> None:
         """Imports entries from another tier, in one index transaction; a value that does
-        not decode is skipped. (The disk store's claims are its own: ``release`` is for
-        claiming tiers and ignored.)"""
+        not decode as the value of its key is skipped. (The disk store's claims are its own:
+        ``release`` is for claiming tiers and ignored.)"""
         from . import entry
 
         index = self._index
@@ -452,10 +452,12 @@ class Store:
             rows: list[tuple[str, str]] = []
             new_bytes = 0
             for key, value in items:
-                decoded = entry.decode(value) if valid_key(key) else None
-                if decoded is None:
+                if not valid_key(key):
                     continue
-                outputs, meta = decoded
+                try:
+                    outputs, meta = entry.decode(value, key)
+                except entry.Refused:
+                    continue
                 refs: dict[str, tuple[str, int]] = {}
                 for role, (digest, data) in outputs.items():
                     size, new = self._blobs.ingest_bytes(data, digest)
