@@ -343,10 +343,13 @@ def test_garbage_values_are_misses(tmp_path: Path, redis_server: Server) -> None
     for key, value in zip(keys, [b"garbage", empty, b"CDR2", b"", own[:-1]], strict=True):
         client.set(key, value)
     client.close()
-    done = b.link(redis_server.url)
+    done = b.link(redis_server.url, "-v")
     assert warnings(done.stderr) == [] and b.compiled == 5
+    where = re.escape(redis_server.url)
+    damaged = rf"cached-dist: remote {where}: a damaged value under [0-9a-f]{{32}}; a miss"
+    assert len(re.findall(damaged, done.stderr)) == 5, done.stderr
     s = stats(b.cache)
-    assert s["remote_corrupt"] == 5 and s["remote_hits"] == 0
+    assert s["remote_corrupt"] == 5 and s["remote_hits"] == 0 and s["remote_wrong_key"] == 0
     assert b.output() == uncached(b.project)
 
 
