@@ -102,6 +102,9 @@ def verify(blobs: Blobs, index: Index) -> VerifyReport:
     for key, raw in list(_entries(index)):
         entries_checked += 1
         manifest = Manifest.decode(key, raw)
+        filed = index.get_entry(key) if manifest is not None else raw  # its row file, read first
+        if filed != raw and Manifest.decode(key, filed) is None:
+            manifest = None  # a lookup would find a damaged (or another key's) manifest there
         if manifest is None or not all(blobs.present(d, s) for d, s in manifest.outputs.values()):
             index.drop_entry(key)
             dropped += 1

@@ -9,8 +9,9 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
     from typing import Any
 
-#: Version of the manifest encoding; an entry with another version reads as a miss.
-FORMAT = 1
+#: Version of the manifest encoding; an entry with another version reads as a miss. 2: the
+#: manifest names its key (1 did not).
+FORMAT = 2
 _HEX = frozenset("0123456789abcdefABCDEF")
 _DIGEST_LEN = 32  # XXH3-128 in hex
 
@@ -27,6 +28,10 @@ def valid_digest(digest: object) -> bool:
 
 class Manifest:
     """The outputs of one action by role (digest, size), plus how and when they were made.
+
+    Its encoding names the key it answers: a row holding the manifest of another key (a
+    writer's bug, a row copied or moved) reads as damage, a miss, as a remote value of
+    another key does (store/entry.py).
 
     `meta` holds created (epoch seconds), duration (compile seconds, credited as time saved on a
     hit), toolchain (identity string), key_version (key format of the distributor) and, when
@@ -73,6 +78,7 @@ class Manifest:
         """Serialize as compact JSON, small enough to live inline in the index database."""
         body = {
             "v": FORMAT,
+            "key": self.key,
             "outputs": {role: [d, s] for role, (d, s) in self.outputs.items()},
             "meta": self.meta,
         }
@@ -82,14 +88,15 @@ class Manifest:
 
     @classmethod
     def decode(cls, key: str, text: object) -> Manifest | None:
-        """Parse an index value; None unless it is a well-formed manifest of this format."""
+        """Parse the index value of ``key``; None unless it is a well-formed manifest of this
+        format naming ``key``."""
         if not isinstance(text, str):
             return None
         try:
             body = loads(text)
         except ValueError:
             return None
-        if not isinstance(body, dict) or body.get("v") != FORMAT:
+        if not isinstance(body, dict) or body.get("v") != FORMAT or body.get("key") != key:
             return None
         raw_outputs, meta = body.get("outputs"), body.get("meta")
         if not isinstance(raw_outputs, dict):
@@ -97,6 +104,17 @@ class Manifest:
         if not all(isinstance(ref, list) and len(ref) == 2 for ref in raw_outputs.values()):
             return None
         return cls.of_parts(key, ((role, *ref) for role, ref in raw_outputs.items()), meta)
+
+    @staticmethod
+    def other_format(text: object) -> bool:
+        """Whether an index value that did not decode is a manifest of another FORMAT (one
+        stored by an older cached-dist: a miss, not damage). For the miss path only."""
+        try:
+            body = loads(text) if isinstance(text, str) else None
+        except ValueError:
+            return False
+        version = body.get("v") if isinstance(body, dict) else None
+        return type(version) is int and version != FORMAT
 
     @classmethod
     def of_parts(cls, key: str, refs: Iterable[Any], meta: object) -> Manifest | None:

@@ -12,7 +12,8 @@ outputs depend on), and every byte placed from a blob is re-hashed, so a pack th
 its rows costs a miss at worst, and the link then writes a new one (Store.keep_pack). Packs
 live as row files only, never in the database: maintenance passes (which remove the files
 of rows the database lacks) and ``cached-dist clear`` remove them, and the next link of the
-target writes its pack again.
+target writes its pack again. Each manifest in a pack names its key, as a row's does: one
+filed under another key answers nothing (its key is then read from its row).
 
 A warm server's spare reads the pack of the target its server served last before its own
 link comes (:func:`read_ahead`, while it waits), and builds its manifests; the link takes
@@ -36,13 +37,15 @@ if TYPE_CHECKING:
 _ahead: dict[tuple[str, str], tuple[bytes, dict[str, Any], dict[str, Manifest]]] = {}
 
 #: Version of the pack encoding, part of the row's key: another version is another pack.
-FORMAT = 1
+#: 2: each manifest names its key, as a row's does (store/manifest.py).
+FORMAT = 2
 
 
 def encode(manifests: Sequence[Manifest]) -> bytes:
-    """The bytes of a pack holding ``manifests`` (their metadata is JSON, so marshal takes it)."""
-    return marshal.dumps({m.key: (tuple((role, digest, size) for role, (digest, size)
-                                        in m.outputs.items()), m.meta)
+    """The bytes of a pack holding ``manifests`` (their metadata is JSON, so marshal takes it):
+    key -> (key, outputs, meta), the key named again as a row names it."""
+    return marshal.dumps({m.key: (m.key, tuple((role, digest, size) for role, (digest, size)
+                                               in m.outputs.items()), m.meta)
                           for m in manifests})  # fmt: skip
 
 
@@ -57,11 +60,11 @@ def decode(data: bytes) -> dict[str, Any]:
 
 
 def manifest(key: str, raw: Any) -> Manifest | None:
-    """The manifest of ``key`` in a decoded pack; None unless it is one, checked as a row
-    is (Manifest.of_parts)."""
+    """The manifest of ``key`` in a decoded pack; None unless it is one, of this key, checked
+    as a row is (Manifest.of_parts)."""
     try:
-        outs, meta = raw
-        return Manifest.of_parts(key, outs, meta)
+        named, outs, meta = raw
+        return Manifest.of_parts(key, outs, meta) if named == key else None
     except (TypeError, ValueError):
         return None
 

@@ -263,11 +263,13 @@ class Store:
             pass  # a read-only or full cache, or metadata marshal cannot carry: no pack
 
     def _decoded(self, index: Index, key: str, raw: object) -> Manifest | None:
-        """The manifest in an index row; None for a damaged one, which is dropped and counted."""
+        """The manifest in an index row; None for a damaged one (or one naming another key),
+        which is dropped and counted, or one of an older format, dropped only."""
         manifest = Manifest.decode(key, raw)
         if manifest is None:
             index.drop_entry(key)
-            self._count(corruptions=1)
+            if not Manifest.other_format(raw):
+                self._count(corruptions=1)
         return manifest
 
     def materialize(self, manifest: Manifest, dests: Mapping[str, str]) -> bool:
@@ -431,7 +433,7 @@ class Store:
                     for role, (digest, _) in manifest.outputs.items():
                         with open(self._blobs.path(digest), "rb") as f:
                             data[role] = f.read()
-                    value = entry.encode(data, manifest.meta, manifest.outputs)
+                    value = entry.encode(key, data, manifest.meta, manifest.outputs)
                 except (OSError, ValueError):
                     value = None  # evicted meanwhile, or a damaged blob: a miss
             values.append(value)
@@ -439,8 +441,8 @@ class Store:
 
     def put_many(self, items: Sequence[tuple[str, bytes]], release: str | None = None) -> None:
         """Imports entries from another tier, in one index transaction; a value that does
-        not decode is skipped. (The disk store's claims are its own: ``release`` is for
-        claiming tiers and ignored.)"""
+        not decode as the value of its key is skipped. (The disk store's claims are its own:
+        ``release`` is for claiming tiers and ignored.)"""
         from . import entry
 
         index = self._index
@@ -450,10 +452,12 @@ class Store:
             rows: list[tuple[str, str]] = []
             new_bytes = 0
             for key, value in items:
-                decoded = entry.decode(value) if valid_key(key) else None
-                if decoded is None:
+                if not valid_key(key):
                     continue
-                outputs, meta = decoded
+                try:
+                    outputs, meta = entry.decode(value, key)
+                except entry.Refused:
+                    continue
                 refs: dict[str, tuple[str, int]] = {}
                 for role, (digest, data) in outputs.items():
                     size, new = self._blobs.ingest_bytes(data, digest)

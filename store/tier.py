@@ -1,10 +1,11 @@
 """The storage protocol: what every cache tier does, the disk store and the remotes alike.
 
 A tier maps action keys to entries. Between tiers an entry travels as one byte value in the
-form of :mod:`store.entry` (a header naming each output's digest, then the bytes), and every
-tier re-hashes a value before trusting it. Operations come in batches, so that a chain of
-tiers costs one round trip per tier and per link, however many jobs the link has (ccache's
-local/remote storage split, sccache's single ``Storage`` trait and its multi-level chain):
+form of :mod:`store.entry` (a header naming its key and each output's digest, then the
+bytes), and every tier re-hashes a value and compares the key it names before trusting it.
+Operations come in batches, so that a chain of tiers costs one round trip per tier and per
+link, however many jobs the link has (ccache's local/remote storage split, sccache's single
+``Storage`` trait and its multi-level chain):
 
     get_many(keys)  -> [value or None]   one lookup batch; None is a miss, never an error
     put_many(items, release=None)        store (key, value) pairs; with ``release`` (a claim

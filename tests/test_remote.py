@@ -1,6 +1,7 @@
 """The remote tier end to end: real redis-server and nginx, two "machines" (two cache and two
 build directories), real clang-22/ld.lld-22 links, real faults."""
 
+import http.client
 import os
 import re
 import subprocess
@@ -10,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import xxhash
 
 from .servers import (
     Server,
@@ -23,6 +25,7 @@ from .toolchain import (
     CLANG,
     Project,
     build,
+    cached_dist_exe,
     requires_toolchain,
     stats,
 )
@@ -332,16 +335,21 @@ def test_garbage_values_are_misses(tmp_path: Path, redis_server: Server) -> None
     client = redis.Redis(port=redis_server.port)
     keys = list(client.scan_iter("cached-dist:v1:[0-9a-f]*"))
     good = client.get(keys[0])
-    assert isinstance(good, bytes) and good.startswith(b"CDR1")
+    assert isinstance(good, bytes) and good.startswith(b"CDR2")
     # Every value replaced: garbage, an empty header, a cut header, nothing, a cut value.
-    for i, key in enumerate(keys):
-        value = [b"garbage", b"CDR1\x00\x00\x00\x02{}", b"CDR1", b"", good[:-1]][i]
+    empty = b"CDR2\x00\x00\x00\x02" + xxhash.xxh3_128_digest(b"{}") + b"{}"
+    own = client.get(keys[4])
+    assert isinstance(own, bytes)
+    for key, value in zip(keys, [b"garbage", empty, b"CDR2", b"", own[:-1]], strict=True):
         client.set(key, value)
     client.close()
-    done = b.link(redis_server.url)
+    done = b.link(redis_server.url, "-v")
     assert warnings(done.stderr) == [] and b.compiled == 5
+    where = re.escape(redis_server.url)
+    damaged = rf"cached-dist: remote {where}: a damaged value under [0-9a-f]{{32}}; a miss"
+    assert len(re.findall(damaged, done.stderr)) == 5, done.stderr
     s = stats(b.cache)
-    assert s["remote_corrupt"] == 5 and s["remote_hits"] == 0
+    assert s["remote_corrupt"] == 5 and s["remote_hits"] == 0 and s["remote_wrong_key"] == 0
     assert b.output() == uncached(b.project)
 
 
@@ -363,6 +371,145 @@ def test_flipped_output_byte_is_a_miss(tmp_path: Path, redis_server: Server) -> 
     assert warnings(done.stderr) == [] and b.compiled == 5
     assert stats(b.cache)["remote_corrupt"] == 5
     assert b.output() == a.output() == uncached(b.project)
+
+
+def remote_value(server: Server, key: str) -> bytes | None:
+    """The value the server holds for ``key``, as a client of its own protocol reads it."""
+    if server.url.startswith("redis"):
+        import redis
+
+        client = redis.Redis(port=server.port)
+        try:
+            value = client.get(f"cached-dist:v1:{key}")
+        finally:
+            client.close()
+        assert value is None or isinstance(value, bytes)
+        return value
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    try:
+        conn.request("GET", f"/cache/{key[:2]}/{key}")
+        response = conn.getresponse()
+        data = response.read()
+    finally:
+        conn.close()
+    return data if response.status == 200 else None
+
+
+def set_remote_value(server: Server, key: str, value: bytes) -> None:
+    """Stores ``value`` under ``key`` as any writer of the server can."""
+    if server.url.startswith("redis"):
+        import redis
+
+        client = redis.Redis(port=server.port)
+        try:
+            assert client.set(f"cached-dist:v1:{key}", value)
+        finally:
+            client.close()
+        return
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    try:
+        conn.request("PUT", f"/cache/{key[:2]}/{key}", value)
+        response = conn.getresponse()
+        response.read()
+    finally:
+        conn.close()
+    assert response.status in (201, 204), response.status
+
+
+def keys_by_module(stderr: str) -> dict[str, str]:
+    """Module -> key, from a link's --verbose lines for the jobs it compiled."""
+    return dict((m[2], m[1]) for m in re.finditer(r"miss ([0-9a-f]{32}) (\S+): compiled", stderr))
+
+
+@requires_redis
+@requires_nginx
+@pytest.mark.parametrize("backend", ["redis", "http"])
+def test_a_valid_value_under_another_key_is_a_counted_miss(tmp_path: Path, backend: str) -> None:
+    """Another job's whole, valid value under one of P1's keys (a writer's bug, a proxy
+    mixing up paths): P1 relinked from an empty local cache is right, the key is a counted
+    miss, and nothing of the other value reaches the local store."""
+    from store import Store, entry
+
+    server = (start_redis if backend == "redis" else start_nginx)(tmp_path / backend)
+    try:
+        p1, p2 = Machine(tmp_path, "p1", "calc"), Machine(tmp_path, "p2", "tally")
+        keys1 = keys_by_module(p1.link(server.url, "-v").stderr)
+        keys2 = keys_by_module(p2.link(server.url, "-v").stderr)
+        assert len(keys1) == 5 and "main.o" in keys1 and "main.o" in keys2
+        swapped, source = keys1["main.o"], keys2["main.o"]
+        other = remote_value(server, source)
+        assert other is not None and entry.decode(other, source)
+        set_remote_value(server, swapped, other)  # the other key's value, byte for byte
+        assert remote_value(server, swapped) == other
+        other_digests = {d for d, _ in entry.decode(other, source)[0].values()}
+
+        c = Machine(tmp_path, "c", "calc")  # P1 again, on a machine with an empty cache
+        done = c.link(server.url, "-v")  # exit 0 and the program prints what calc prints
+        assert warnings(done.stderr) == []
+        assert f"remote {server.url}: the value of another key under {swapped}; a miss" in (
+            done.stderr)  # fmt: skip
+        assert c.compiled == 1 and keys_by_module(done.stderr) == {"main.o": swapped}
+        assert c.output() == p1.output() == uncached(c.project)
+        s = stats(c.cache)
+        assert (s["remote_wrong_key"], s["remote_corrupt"]) == (1, 0)
+        assert (s["remote_hits"], s["remote_misses"], s["entries"]) == (4, 1, 5)
+
+        # Nothing wrong was promoted: verify finds nothing, and every local entry is P1's.
+        checked = subprocess.run([cached_dist_exe(), "verify", f"--cache-dir={c.cache}"],
+                                 capture_output=True, text=True)  # fmt: skip
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+        assert "0 corrupt blobs removed, 0 entries dropped" in checked.stdout
+        local, own = Store(c.cache), Store(p1.cache)
+        found, expected = local.lookup(list(keys1.values())), own.lookup(list(keys1.values()))
+        assert {k: m.outputs for k, m in found.items()} == {
+            k: m.outputs for k, m in expected.items()}  # fmt: skip
+        assert not other_digests & {d for m in found.values() for d, _ in m.outputs.values()}
+        assert local.lookup([source]) == {}
+        local.close()
+        own.close()
+
+        # The remote holds C's own value for the key again (uploaded after its compile).
+        healed = remote_value(server, swapped)
+        assert healed is not None and healed != other and entry.decode(healed, swapped)
+        server.stop()  # and C's next link is served by its local store alone
+        done = c.link(server.url, out="again")
+        assert "5 hits, 0 compiled" in done.stderr and c.output("again") == p1.output()
+    finally:
+        server.stop()
+
+
+@requires_redis
+def test_a_value_of_the_previous_format_is_a_miss_and_replaced(
+    tmp_path: Path, redis_server: Server
+) -> None:
+    """Values written before they named their key (CDR1) are misses, neither damage nor
+    another key's; the link uploads its own, which the next machine hits."""
+    import json
+
+    from store import entry
+
+    a, b, c = Machine(tmp_path, "a"), Machine(tmp_path, "b"), Machine(tmp_path, "c")
+    keys = keys_by_module(a.link(redis_server.url, "-v").stderr)
+    key = keys["main.o"]
+    current = remote_value(redis_server, key)
+    assert current is not None
+    outputs, meta = entry.decode(current, key)
+    listed = [[role, digest, len(data)] for role, (digest, data) in outputs.items()]
+    header = json.dumps({"outputs": listed, "meta": meta}, separators=(",", ":")).encode()
+    old = b"".join([b"CDR1", len(header).to_bytes(4, "big"), header,
+                    *(data for _, data in outputs.values())])  # fmt: skip
+    set_remote_value(redis_server, key, old)
+    done = b.link(redis_server.url, "-v")
+    assert warnings(done.stderr) == [] and b.compiled == 1
+    assert f"a value of another format under {key}; a miss" in done.stderr
+    s = stats(b.cache)
+    assert (s["remote_hits"], s["remote_misses"]) == (4, 1)
+    assert (s["remote_corrupt"], s["remote_wrong_key"]) == (0, 0)
+    assert b.output() == a.output() == uncached(b.project)
+    replaced = remote_value(redis_server, key)
+    assert replaced is not None and replaced.startswith(b"CDR2")
+    c.link(redis_server.url)
+    assert c.compiled == 0 and stats(c.cache)["remote_hits"] == 5
 
 
 @requires_redis

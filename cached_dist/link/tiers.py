@@ -2,11 +2,13 @@
 
 The chain is local store -> each ``--remote-storage`` URL in order. Local misses are looked
 up in the remotes in one batch per remote (a Redis MGET, or concurrent GETs on kept-alive HTTP
-connections); a remote value is re-hashed as it is decoded, written to the job's outputs and
-promoted into the local store, so the next link hits locally. Results compiled here are
-uploaded (unless read-only) by one background thread, each the moment its job is stored, so
-the link does not wait for the network while it still compiles; the thread is joined, with a
-bound, when the link ends.
+connections); a remote value is re-hashed as it is decoded and must name the key it was
+fetched for (store/entry.py: another key's value, however valid, is a miss, counted as
+``remote_wrong_key``); only then is it written to the job's outputs and promoted into the
+local store, so the next link hits locally. Results compiled here are uploaded (unless
+read-only) by one background thread, each the moment its job is stored, so the link does not
+wait for the network while it still compiles; the thread is joined, with a bound, when the
+link ends.
 
 Cross-machine single-flight: on the first remote that supports claims (Redis), a key this link
 claimed locally is also claimed remotely (``SET NX PX``), in one batch; a claim held by
@@ -127,11 +129,13 @@ class Tiers:
         self.token = f"{os.uname().nodename}:{os.getpid()}:{os.urandom(8).hex()}"
         self.counters = dict.fromkeys(
             ("remote_hits", "remote_misses", "remote_errors", "remote_corrupt",
-             "remote_uploads", "remote_bytes_downloaded", "remote_bytes_uploaded",
-             "remote_round_trips", "remote_memo_hits", "remote_memo_uploads"), 0,
+             "remote_wrong_key", "remote_uploads", "remote_bytes_downloaded",
+             "remote_bytes_uploaded", "remote_round_trips", "remote_memo_hits",
+             "remote_memo_uploads"), 0,
         )  # fmt: skip
         self._held: dict[str, int] = {}  # key -> index of the remote holding our claim on it
-        #: Keys whose remote value this link could not use (damaged): claimed regardless.
+        #: Keys whose remote value this link could not use (damaged, another key's, another
+        #: format's): claimed regardless.
         self.contested: set[str] = set()
         self._lock = threading.Lock()
         self._opening = threading.Lock()
@@ -189,10 +193,11 @@ class Tiers:
     ) -> list[Keyed]:
         """Serves what the remotes hold (one batch per remote); returns what is still missing.
 
-        Each value is decoded (every byte re-hashed) before its outputs are written, and the
-        hits are promoted into the local store in one batch. ``on_hit(k, bytes, the entry's
-        metadata)`` accounts each hit; ``first`` counts the rest as remote misses (later
-        polls, for keys another machine compiles, do not)."""
+        Each value is decoded (every byte re-hashed, the key it names compared with the one
+        asked for) before its outputs are written, and the hits are promoted into the local
+        store in one batch. ``on_hit(k, bytes, the entry's metadata)`` accounts each hit;
+        ``first`` counts the rest as remote misses (later polls, for keys another machine
+        compiles, do not)."""
         from store import entry
 
         pending = [k for k in misses if k.key is not None]
@@ -214,14 +219,14 @@ class Tiers:
                     continue
                 key: str = k.key  # type: ignore[assignment]
                 self.counters["remote_bytes_downloaded"] += len(value)
-                decoded = entry.decode(value)
                 roles = output_roles(k)
-                if decoded is None or set(decoded[0]) != set(roles):
-                    self.counters["remote_corrupt"] += 1
-                    self.contested.add(key)
-                    self.log.detail(f"remote {remote.url}: damaged value for {key}; a miss")
+                try:
+                    outputs, meta = entry.decode(value, key)
+                    if set(outputs) != set(roles):
+                        raise entry.Refused("damaged")
+                except entry.Refused as refused:
+                    self._refused(remote, key, refused.reason)
                     continue
-                outputs, meta = decoded
                 if not self._write_outputs(roles, outputs):
                     self.contested.add(key)
                     continue
@@ -237,6 +242,20 @@ class Tiers:
         if first:
             self.counters["remote_misses"] += len(pending) - len(served)
         return [k for k in misses if k.job.index not in served]
+
+    def _refused(self, remote: Remote, key: str, reason: str) -> None:
+        """Accounts a value the link cannot use (a miss): counted by why, and its key
+        claimed regardless of it (the value is replaced once this link uploads its own)."""
+        self.contested.add(key)
+        if reason == "key":
+            self.counters["remote_wrong_key"] += 1
+            what = "the value of another key"
+        elif reason == "format":
+            what = "a value of another format"
+        else:
+            self.counters["remote_corrupt"] += 1
+            what = "a damaged value"
+        self.log.detail(f"remote {remote.url}: {what} under {key}; a miss")
 
     @staticmethod
     def _write_outputs(roles: dict[str, str], outputs: dict[str, tuple[str, bytes]]) -> bool:

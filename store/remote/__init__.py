@@ -7,6 +7,11 @@ Each also has ``url`` (redacted: safe to print). Transport problems raise :class
 caller decides what a failure means (cached-dist: the remote is skipped for the rest of the
 link). Backends are imported only when a URL of their scheme is opened, so a link that never
 needs the remote imports no client library.
+
+Values are opaque bytes here: a backend returns whatever the server holds under a key's name.
+The caller decodes each with ``store.entry.decode(value, key)``, which refuses a value that
+names another key (and any damaged one) before an output is written or promoted, so a server,
+proxy or writer that mixes up names costs misses, never wrong outputs.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from store import Manifest, Store
+from store.manifest import FORMAT
 from tests.store.helpers import Warnings, content, write
 
 
@@ -208,7 +209,8 @@ def test_corrupt_manifest_reads_as_miss(tmp_path: Path) -> None:
     assert put_one(s, tmp_path, "ab", b"x")
     assert s._index is not None
     s._index.set_entry("ab", "{not json")  # the row, in the database and its file
-    s._index.set_entry("cd", json.dumps({"v": 1, "outputs": {"o": ["xyz", 1]}, "meta": {}}))
+    bad = {"v": FORMAT, "key": "cd", "outputs": {"o": ["xyz", 1]}, "meta": {}}
+    s._index.set_entry("cd", json.dumps(bad))
     assert s.get("ab") is None and s.get("cd") is None
     assert s.stats()["corruptions"] == 2
     assert put_one(s, tmp_path, "ab", b"x") and s.get("ab") is not None
@@ -373,11 +375,11 @@ def test_lookup_reads_many_keys_in_a_few_queries(tmp_path: Path) -> None:
     s = Store(tmp_path / "c")
     assert put_one(s, tmp_path, "ab", b"x" * 10)
     assert s._index is not None
-    text = s._index.get_entry("ab")
-    keys = [f"{i:04x}" for i in range(2000)]
-    s._index.set_entries([(k, text) for k in keys])
     expected = s.get("ab")
     assert expected is not None
+    keys = [f"{i:04x}" for i in range(2000)]  # the same outputs, each under its own key
+    s._index.set_entries([(k, Manifest(k, expected.outputs, expected.meta).encode())
+                          for k in keys])  # fmt: skip
     assert set(s.lookup([*keys, "ffff", "not hex"])) == set(keys)  # row files
     s.close()
     _without_row_files(tmp_path / "c")

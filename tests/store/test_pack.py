@@ -102,6 +102,7 @@ def test_only_what_a_link_placed_goes_into_its_pack(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("damage", [
     "garbage", "truncated", "empty", "not marshal", "not a dict", "bad entries",
+    "another key's",
 ])  # fmt: skip
 def test_a_damaged_or_strange_pack_answers_nothing_wrong(tmp_path: Path, damage: str) -> None:
     """Its keys come from their rows instead; nothing is reported (a pack is a copy)."""
@@ -112,10 +113,13 @@ def test_a_damaged_or_strange_pack_answers_nothing_wrong(tmp_path: Path, damage:
     digest = manifests["cd02"].outputs["obj"][0]
     # The right framing (the row's digest and key) around contents that are wrong:
     bad: dict[str, object] = {
-        "ab01": ((("obj", "z" * 32, 300),), {}),  # not a digest
-        "cd02": ((("obj", digest, -1),), {}),  # a negative size
-        "ef03": ((), {}),  # no output
+        "ab01": ("ab01", (("obj", "z" * 32, 300),), {}),  # not a digest
+        "cd02": ("cd02", (("obj", digest, -1),), {}),  # a negative size
+        "ef03": ("ef03", (), {}),  # no output
     }
+    # Each key's entry the (whole, valid) manifest of the next key, naming that key.
+    raw = marshal.loads(Rows(str(root), Store(root)._modes).get_bytes(f"p:{FORMAT}:t") or b"")
+    swapped = {key: raw[KEYS[(i + 1) % len(KEYS)]] for i, key in enumerate(KEYS)}
     path.write_bytes({
         "garbage": os.urandom(len(data)),
         "truncated": data[: len(data) // 2],
@@ -123,6 +127,7 @@ def test_a_damaged_or_strange_pack_answers_nothing_wrong(tmp_path: Path, damage:
         "not marshal": _framed(f"p:{FORMAT}:t", b"\xff not marshal"),
         "not a dict": _framed(f"p:{FORMAT}:t", marshal.dumps([1, 2, 3])),
         "bad entries": _framed(f"p:{FORMAT}:t", marshal.dumps(bad)),
+        "another key's": _framed(f"p:{FORMAT}:t", marshal.dumps(swapped)),
     }[damage])  # fmt: skip
     w = Warnings()
     s = Store(root, warn=w)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from store import Store, entry
 from store.remote import check_url, redact
 from tests.store.helpers import write
@@ -22,8 +24,7 @@ def test_an_entry_moves_between_stores_as_one_value(tmp_path: Path) -> None:
     a, data = _filled(tmp_path)
     value, missing = a.get_many(["aa11", "bb22"])
     assert value is not None and missing is None
-    decoded = entry.decode(value)
-    assert decoded is not None
+    decoded = entry.decode(value, "aa11")
     assert {role: d for role, (_, d) in decoded[0].items()} == data
     assert decoded[1]["duration"] == 3.5 and decoded[1]["key_version"] == 7
 
@@ -35,8 +36,7 @@ def test_an_entry_moves_between_stores_as_one_value(tmp_path: Path) -> None:
     assert b.materialize(m, {"obj": str(tmp_path / "out.o")})
     assert (tmp_path / "out.o").read_bytes() == data["obj"]
     (again,) = b.get_many(["aa11"])  # back out: the same outputs, a new "created"
-    assert again is not None and entry.decode(again) is not None
-    assert entry.decode(again)[0] == decoded[0]  # type: ignore[index]
+    assert again is not None and entry.decode(again, "aa11")[0] == decoded[0]
 
 
 def test_a_damaged_blob_is_not_exported(tmp_path: Path) -> None:
@@ -55,11 +55,12 @@ def test_every_flipped_output_byte_of_a_value_is_caught(tmp_path: Path) -> None:
     a, _ = _filled(tmp_path)
     (value,) = a.get_many(["aa11"])
     assert value is not None
-    outputs_start = 8 + int.from_bytes(value[4:8], "big")
-    for i in [*range(8), *range(outputs_start, len(value), 97)]:
+    outputs_start = entry.FRAME + int.from_bytes(value[4:8], "big")
+    for i in [*range(outputs_start), *range(outputs_start, len(value), 97)]:
         bad = bytearray(value)
         bad[i] ^= 0x01
-        assert entry.decode(bytes(bad)) is None, i
+        with pytest.raises(entry.Refused):
+            entry.decode(bytes(bad), "aa11")
 
 
 def test_urls_are_redacted() -> None:

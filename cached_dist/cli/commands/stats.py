@@ -15,9 +15,9 @@ EXTRA = ("shards_decoded", "shards_memoized", "shards_not_canonical", "jobs_not_
          "hits_verified",
          "hit_mismatches", "hits_unverifiable", "wall_saved_us",
          # the remote tier (link.tiers): hits counts both tiers, remote_hits the remote's share
-         "remote_hits", "remote_misses", "remote_errors", "remote_corrupt", "remote_uploads",
-         "remote_bytes_downloaded", "remote_bytes_uploaded", "remote_round_trips",
-         "remote_memo_hits", "remote_memo_uploads")  # fmt: skip
+         "remote_hits", "remote_misses", "remote_errors", "remote_corrupt", "remote_wrong_key",
+         "remote_uploads", "remote_bytes_downloaded", "remote_bytes_uploaded",
+         "remote_round_trips", "remote_memo_hits", "remote_memo_uploads")  # fmt: skip
 
 
 def main(args: list[str]) -> int:
@@ -49,6 +49,7 @@ def main(args: list[str]) -> int:
         ("remote misses", stats["remote_misses"]),
         ("remote errors", stats["remote_errors"]),
         ("remote corrupt", stats["remote_corrupt"]),
+        ("remote wrong key", stats["remote_wrong_key"]),
         ("remote uploads", stats["remote_uploads"]),
         ("bytes downloaded", human_size(stats["remote_bytes_downloaded"])),
         ("bytes uploaded", human_size(stats["remote_bytes_uploaded"])),
