@@ -259,7 +259,7 @@ def test_permission_error_is_reported_once(tmp_path: Path, monkeypatch: pytest.M
     s = Store(tmp_path / "c", warn=w)
     assert put(s, tmp_path, "aa01", b"ok")
 
-    def denied(src: str, dst: str) -> None:
+    def denied(src: str, dst: str, **dir_fds: int) -> None:
         raise PermissionError(13, "Permission denied", dst)
 
     monkeypatch.setattr(os, "rename", denied)
