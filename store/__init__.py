@@ -6,7 +6,7 @@ link must finish in about 100 ms.
 """
 
 from .manifest import Manifest
-from .store import DEFAULT_MAX_SIZE, Store
+from .store import DEFAULT_MAX_SIZE, LAYOUT, Store
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -14,10 +14,6 @@ if TYPE_CHECKING:
     from .maintenance import VerifyReport
 
 __all__ = ["DEFAULT_MAX_SIZE", "LAYOUT", "Claim", "Manifest", "Store", "VerifyReport"]
-
-#: Every directory the store creates under its root: a caller that writes files elsewhere
-#: (a link's outputs) refuses paths inside these, so it can never overwrite the store's own.
-LAYOUT = ("blobs", "claims", "index", "locks", "rows", "stats", "tmp")
 
 
 def __getattr__(name: str) -> object:

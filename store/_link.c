@@ -119,9 +119,11 @@ static int verified(const char *blob_dir, size_t dir_len, PyObject *plan, PyObje
     path[dir_len + 3] = '/';
     memcpy(path + dir_len + 4, digest + 2, DIGEST_LEN - 2);
     path[dir_len + 4 + DIGEST_LEN - 2] = '\0';
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOATIME);
+    /* O_NOFOLLOW, O_NONBLOCK: a symbolic link or a FIFO in a blob's place is handed back
+       (Python's copy_out removes it), never followed or waited on. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOATIME);
     if (fd < 0 && (errno == EPERM || errno == EACCES) && O_NOATIME)
-        fd = open(path, O_RDONLY | O_CLOEXEC);
+        fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0)
         return 0;
     if (fstat(fd, &b->st) != 0 || !S_ISREG(b->st.st_mode) || (long long)b->st.st_size != size) {

@@ -20,6 +20,7 @@ by rename, index rows by transaction).
 from __future__ import annotations
 
 import os
+import stat
 import time
 
 from .detached import spawn
@@ -32,23 +33,41 @@ LOCK = os.path.join("locks", "write-behind.lock")
 #: How long settle() waits for writers still running before it goes on without their writes.
 SETTLE_BOUND = 5.0
 _POLL = 0.002
+#: O_NONBLOCK: a FIFO in the lock's place must not block the open.
+_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 def _open_lock(root: str, modes: Modes) -> int | None:
+    """The lock file, opened (made in the store's mode by whoever needs it first). Only
+    read: flock needs no more, and another member's file is theirs (its mode too). A
+    symbolic link or a FIFO put in its place is refused (None: no writer waited for, none
+    started)."""
     path = os.path.join(root, LOCK)
-    for _ in range(2):
+    for _ in range(3):
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, modes.file)
+            fd = os.open(path, _OPEN_FLAGS)
         except FileNotFoundError:
             try:
-                modes.makedirs(os.path.dirname(path))
+                os.close(modes.create(path))
+            except FileExistsError:
+                pass  # another process made it meanwhile
+            except FileNotFoundError:
+                try:
+                    modes.makedirs(os.path.dirname(path))
+                except OSError:
+                    return None
             except OSError:
-                return None
+                return None  # a read-only store has no writers to wait for, and starts none
             continue
         except OSError:
-            return None  # a read-only store has no writers to wait for, and starts none
-        modes.fix_file(fd)
-        return fd
+            return None
+        try:
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                return fd
+        except OSError:
+            pass
+        os.close(fd)
+        return None
     return None
 
 

@@ -12,10 +12,12 @@ import xxhash
 from .fsutil import (
     Modes,
     TempFile,
+    open_dir,
     reflink,
     rename_into,
     spread_subdirectories,
     temp_name,
+    unlink_in_place,
     unlink_quietly,
     write_all,
 )
@@ -25,6 +27,9 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
 _CHUNK = 4 << 20
+#: How a blob is opened to be read: a symbolic link in its place is not followed (ELOOP) and
+#: a FIFO does not block (it then fails the size check), so either is damage, not a wait.
+_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 #: A hit refreshes the blob's mtime (its LRU clock) only when it is older than this, to spare
 #: metadata writes on hot blobs.
 TOUCH_AFTER = 60.0
@@ -36,6 +41,10 @@ class Outcome:
     OK = "ok"
     MISSING = "missing"
     CORRUPT = "corrupt"
+
+
+class _Planted(OSError):
+    """A blob's place held by a symbolic link: removed, and read as a damaged blob."""
 
 
 class BlobInfo:
@@ -66,7 +75,7 @@ class Blobs:
     def present(self, digest: str, size: int) -> bool:
         """Cheap existence check (no hashing): lets get() report an evicted blob as a miss."""
         try:
-            return os.stat(self.path(digest)).st_size == size
+            return os.lstat(self.path(digest)).st_size == size  # a symbolic link: absent
         except OSError:
             return False
 
@@ -121,11 +130,12 @@ class Blobs:
         """Rename a finished temporary blob into place (or drop it: already stored)."""
         final = self.path(digest)
         try:
-            if os.stat(final).st_size == size:
+            st = os.lstat(final)
+            if stat.S_ISREG(st.st_mode) and st.st_size == size:
                 # Same content already stored: keep one copy, refresh its LRU clock.
                 unlink_quietly(tmp_path)
                 try:
-                    os.utime(final)
+                    os.utime(final, follow_symlinks=False)
                 except OSError:
                     pass
                 return digest, size, False
@@ -151,12 +161,14 @@ class Blobs:
         """
         path = self.path(digest)
         try:
-            src = os.open(path, os.O_RDONLY)
+            src = self._open(path)
         except FileNotFoundError:
             return Outcome.MISSING
+        except _Planted:
+            return Outcome.CORRUPT
         try:
             st = os.fstat(src)
-            if st.st_size != size:
+            if st.st_size != size or not stat.S_ISREG(st.st_mode):
                 self._drop_corrupt(path, st)
                 return Outcome.CORRUPT
             if link:
@@ -254,16 +266,32 @@ class Blobs:
         _touch(src, st)
         return Outcome.OK
 
+    def read(self, digest: str) -> bytes:
+        """A blob's bytes, unchecked (the caller checks them against the digest); OSError if
+        it is missing or not a blob (a symbolic link, a FIFO)."""
+        fd = self._open(self.path(digest))
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise OSError(errno.EINVAL, "not a regular file", self.path(digest))
+            chunks = []
+            while chunk := os.read(fd, _CHUNK):
+                chunks.append(chunk)
+            return b"".join(chunks)
+        finally:
+            os.close(fd)
+
     def check(self, digest: str) -> bool | None:
         """Re-hash one blob: True if intact, False if corrupt (and removed), None if absent."""
         path = self.path(digest)
         try:
-            src = os.open(path, os.O_RDONLY)
+            src = self._open(path)
         except FileNotFoundError:
             return None
+        except _Planted:
+            return False
         try:
             st = os.fstat(src)
-            if _hash_fd(src) == digest:
+            if stat.S_ISREG(st.st_mode) and _hash_fd(src) == digest:
                 return True
             self._drop_corrupt(path, st)
             return False
@@ -271,17 +299,32 @@ class Blobs:
             os.close(src)
 
     @staticmethod
+    def _open(path: str) -> int:
+        """The blob at ``path`` opened for reading (_READ); a symbolic link there (not what
+        the store puts in blobs/) is removed and _Planted raised."""
+        try:
+            return os.open(path, _READ)
+        except OSError as e:
+            if e.errno != errno.ELOOP:
+                raise
+        try:
+            Blobs._drop_corrupt(path, os.lstat(path))
+        except OSError:
+            pass
+        raise _Planted(errno.ELOOP, "a symbolic link in the place of a blob", path)
+
+    @staticmethod
     def _drop_corrupt(path: str, seen: os.stat_result) -> None:
         """Remove a damaged blob, unless a writer has meanwhile renamed a good copy over it."""
         try:
-            if os.stat(path).st_ino == seen.st_ino:
-                os.unlink(path)
+            if os.lstat(path).st_ino == seen.st_ino:
+                unlink_in_place(path)
         except OSError:
             pass
 
     def remove(self, digest: str) -> None:
         """Delete a blob (eviction); readers that already opened it keep reading it."""
-        unlink_quietly(self.path(digest))
+        unlink_in_place(self.path(digest))
 
     def scan(self) -> Iterator[BlobInfo]:
         """Every blob file with its size and mtime (the LRU clock)."""
@@ -330,13 +373,17 @@ class Blobs:
     @staticmethod
     def _sweep_stage(path: str) -> int:
         freed = 0
-        for entry in os.scandir(path):
-            try:
-                size = entry.stat(follow_symlinks=False).st_size
-                os.unlink(entry.path)
-                freed += size
-            except OSError:
-                continue
+        fd = open_dir(path)  # never what a symbolic link put in its place leads to
+        try:
+            for entry in os.scandir(fd):
+                try:
+                    size = entry.stat(follow_symlinks=False).st_size
+                    os.unlink(entry.name, dir_fd=fd)
+                    freed += size
+                except OSError:
+                    continue
+        finally:
+            os.close(fd)
         os.rmdir(path)
         return freed
 

@@ -43,22 +43,79 @@ def _open(directory: str, modes: Modes, settings: dict[str, Any]) -> diskcache.C
     import diskcache  # here, not at the top: a cached link reads through index.RowReader
 
     db = os.path.join(directory, "cache.db")
-    if not os.path.exists(db):
-        # Create it with the store's mode: sqlite gives its -wal and -shm files the same mode.
+    # Made in the store's mode (sqlite gives its -wal and -shm files the same, made inside
+    # the store's umask: diskcache's open runs statements), and never opened through a
+    # symbolic link (sqlite would follow one, out of the cache).
+    modes.create_empty(db)
+    with modes.umask():
+        cache = diskcache.Cache(directory, timeout=BUSY_TIMEOUT, disk=confined_disk(),
+                                **{**INLINE, **settings})  # fmt: skip
         try:
-            os.close(os.open(db, os.O_WRONLY | os.O_CREAT | os.O_EXCL, modes.file))
-        except FileExistsError:
-            pass
-    cache = diskcache.Cache(directory, timeout=BUSY_TIMEOUT, **settings)
-    try:
-        # diskcache's open only touches the schema; make sqlite read a data page as well.
-        cache._sql(PROBE_SQL).fetchall()
-    except BaseException:
-        cache.close()
-        raise
-    for suffix in ("", "-wal", "-shm"):
-        modes.fix_path(db + suffix)
+            # diskcache's open only touches the schema; make sqlite read a data page as well.
+            cache._sql(PROBE_SQL).fetchall()
+        except BaseException:
+            cache.close()
+            raise
     return cache
+
+
+#: Every value stays in its row: diskcache would write a large one to a file of its own,
+#: in a directory it makes, both with the umask's mode.
+INLINE = {"disk_min_file_size": 1 << 62}
+
+_confined: type[diskcache.Disk] | None = None
+
+
+def confined_disk() -> type[diskcache.Disk]:
+    """diskcache's Disk, reading and removing only what the store writes. Every member of a
+    group-shared cache can write its database: a row whose value or key is a pickle would
+    run code when read, and a row's file name leads wherever it says (an absolute one, or
+    ../) when its value is read or the row removed. So only values stored in their rows are
+    read (any other reads as absent), keys that are not strings as a value no caller takes,
+    and only a file name of diskcache's own form is removed (from caches made before every
+    value was kept in its row), inside the index's directory."""
+    global _confined
+    if _confined is not None:
+        return _confined
+    import re
+
+    import diskcache
+    from diskcache.core import MODE_RAW
+
+    from .fsutil import open_dir
+
+    own_name = re.compile(r"[0-9a-f]{2}/[0-9a-f]{2}/[0-9a-f]{28}\.val\Z")
+
+    class Confined(diskcache.Disk):  # type: ignore[misc]
+        def get(self, key: Any, raw: bool) -> Any:
+            return super().get(key, raw) if raw else Confined  # never a str: ignored
+
+        def fetch(self, mode: int, filename: str | None, value: Any, read: bool) -> Any:
+            if mode != MODE_RAW or read:
+                raise OSError("a value outside its row")  # diskcache: absent
+            return super().fetch(mode, filename, value, read)
+
+        def remove(self, file_path: str) -> None:
+            if not isinstance(file_path, str) or not own_name.match(file_path):
+                return
+            top, middle, name = file_path.split("/")
+            try:
+                fd = open_dir(os.path.join(self._directory, top))
+            except OSError:
+                return
+            try:
+                inner = open_dir(middle, dir_fd=fd)
+                try:
+                    os.unlink(name, dir_fd=inner)
+                finally:
+                    os.close(inner)
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+
+    _confined = Confined
+    return Confined
 
 
 def quarantine(

@@ -18,7 +18,13 @@ _reflink_ok = True
 
 
 class Modes:
-    """Modes for directories and files the store creates: owner-only, or shared with the group."""
+    """Modes for directories and files the store creates: owner-only, or shared with the group.
+
+    Every member of a group-shared cache creates files in it, and only a file's owner may
+    change its mode: so each is created in its mode, with the umask letting the group's bits
+    through (:meth:`umask`), never changed afterwards (another member could not use it in
+    between, and could not change it at all).
+    """
 
     def __init__(self, group_shared: bool) -> None:
         self.group_shared = group_shared
@@ -26,10 +32,15 @@ class Modes:
         self.dir = 0o2770 if group_shared else 0o700
         self.file = 0o660 if group_shared else 0o600
 
+    def umask(self) -> Umask:
+        """``with modes.umask():`` around what creates files of the store: a group-shared
+        store's are then made in the group's mode whatever the user's umask."""
+        return Umask(self.group_shared)
+
     def makedirs(self, path: str) -> None:
         """Create `path` and missing parents with the store's directory mode, despite the umask."""
         try:
-            os.mkdir(path, self.dir)
+            self._mkdir(path)
         except FileExistsError:
             return
         except FileNotFoundError:
@@ -38,25 +49,100 @@ class Modes:
                 raise
             self.makedirs(parent)
             try:
-                os.mkdir(path, self.dir)
+                self._mkdir(path)
             except FileExistsError:
                 return
-        if self.group_shared:
-            os.chmod(path, self.dir)  # mkdir filters the mode through the umask
 
-    def fix_file(self, fd: int) -> None:
-        """Apply the file mode exactly, since the umask may have removed group bits."""
-        if self.group_shared:
-            os.fchmod(fd, self.file)
-
-    def fix_path(self, path: str) -> None:
-        """Give files a library created (the sqlite databases) the store's file mode."""
-        # Not fatal: on a read-only or foreign-owned cache the mode is someone else's choice.
+    def _mkdir(self, path: str) -> None:
+        with self.umask():
+            os.mkdir(path, self.dir)
+        if not self.group_shared:
+            return
+        # Linux's mkdir takes setgid from a setgid parent only (a cache directory made as the
+        # guide says is one): else it is set here, on the directory just made, not on what
+        # may have been put in its place meanwhile.
+        fd = open_dir(path)
         try:
-            if stat.S_IMODE(os.stat(path).st_mode) != self.file:
-                os.chmod(path, self.file)
-        except OSError:
-            pass
+            st = os.fstat(fd)
+            if st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) != self.dir:
+                os.fchmod(fd, self.dir)
+        finally:
+            os.close(fd)
+
+    def create(self, path: str, flags: int = os.O_WRONLY, dir_fd: int | None = None) -> int:
+        """A new file at `path` (in ``dir_fd``), opened with `flags`, in the store's file mode
+        whatever the umask; FileExistsError if anything (a symbolic link too) is there."""
+        with self.umask():
+            return os.open(path, flags | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                           self.file, dir_fd=dir_fd)  # fmt: skip
+
+    def create_empty(self, path: str) -> bool:
+        """Creates an empty file at `path` as :meth:`create` does (a database, before sqlite
+        opens it); False when one is there already, which must then be a regular file
+        (:func:`own_file`)."""
+        try:
+            os.close(self.create(path))
+        except FileExistsError:
+            own_file(path)
+            return False
+        return True
+
+
+class Umask:
+    """The umask of a group-shared store's creations: 007, so that the group keeps the bits
+    the store's modes give it (no mode of the store gives others any). sqlite creates a
+    database's -wal and -shm files itself, in the database's mode filtered by the umask and
+    then corrected, so another member may find them unreadable in between: the store opens
+    every database, and runs its first statement (which creates them), inside one. The umask
+    is the process's: threads that create files meanwhile get the group's bits too (none of
+    a link's does). (A class: contextlib costs a cached link an import.)"""
+
+    __slots__ = ("old", "on")
+
+    def __init__(self, on: bool) -> None:
+        self.on = on
+        self.old = 0
+
+    def __enter__(self) -> None:
+        if self.on:
+            self.old = os.umask(0o007)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.on:
+            os.umask(self.old)
+
+
+#: How the store opens a directory of its own: never through a symbolic link.
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def not_ours(path: str, what: str = "directory") -> OSError:
+    """The error for a path inside the cache that is not what the store made there (a
+    symbolic link, or a file where a directory belongs): never followed, never written."""
+    return OSError(errno.ELOOP, f"not a {what} of the cache's own (a symbolic link?)", path)
+
+
+def open_dir(path: str, dir_fd: int | None = None) -> int:
+    """``path`` opened as a directory, without following a symbolic link: what is written or
+    removed in it then stays inside the cache even if a link is put there later. OSError
+    (ELOOP) for a symbolic link or anything but a directory; FileNotFoundError if absent."""
+    try:
+        return os.open(path, _DIR_FLAGS, dir_fd=dir_fd)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise not_ours(path) from None
+        raise
+
+
+def own_file(path: str) -> None:
+    """OSError unless ``path`` is a regular file or absent: a database the store opens by
+    name (sqlite follows symbolic links) must not lead outside the cache."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(st.st_mode):
+        raise not_ours(path, "file")
 
 
 def temp_name(directory: str, base: str) -> str:
@@ -79,8 +165,7 @@ class TempFile:
 
     def _open(self) -> None:
         self.path = temp_name(self.directory, self.base)
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
-                          self.modes.file)  # fmt: skip
+        self.fd = self.modes.create(self.path, os.O_RDWR)
 
     def __enter__(self) -> tuple[int, str]:
         try:
@@ -91,13 +176,6 @@ class TempFile:
         return self.fd, self.path
 
     def __exit__(self, kind: object, error: object, trace: object) -> None:
-        try:
-            if kind is None:
-                self.modes.fix_file(self.fd)
-        except BaseException:
-            os.close(self.fd)
-            unlink_quietly(self.path)
-            raise
         os.close(self.fd)
         if kind is not None:
             unlink_quietly(self.path)
@@ -137,7 +215,7 @@ def spread_subdirectories(path: str) -> bool:
     get_flags = (2 << 30) | (long_size << 16) | (ord("f") << 8) | 1  # FS_IOC_GETFLAGS
     set_flags = (1 << 30) | (long_size << 16) | (ord("f") << 8) | 2  # FS_IOC_SETFLAGS
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        fd = open_dir(path)
     except OSError:
         return False
     try:
@@ -154,16 +232,19 @@ def spread_subdirectories(path: str) -> bool:
 
 
 _CHUNK = 1 << 16
-#: O_NONBLOCK: a FIFO put where a small file belongs reads as empty or fails, never blocks.
-_READ_NONBLOCKING = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
+#: O_NONBLOCK: a FIFO put where a small file belongs reads as empty or fails, never blocks;
+#: O_NOFOLLOW: a symbolic link put there reads as absent, not as the file it names.
+_READ_NONBLOCKING = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def read_nonblocking(path: str, limit: int | None = None) -> bytes | None:
+def read_nonblocking(
+    path: str, limit: int | None = None, dir_fd: int | None = None
+) -> bytes | None:
     """A small file's bytes (at most ``limit``), None if unreadable. Opened non-blocking and
     read raw: a FIFO, even one a writer holds open (where a buffered read returns None and
     os.read fails with EAGAIN), reads as empty or None, never as a wait."""
     try:
-        fd = os.open(path, _READ_NONBLOCKING)
+        fd = os.open(path, _READ_NONBLOCKING, dir_fd=dir_fd)
     except OSError:
         return None
     try:
@@ -194,22 +275,45 @@ def write_all(fd: int, data: bytes | memoryview) -> None:
 
 def rename_into(tmp: str, final: str, modes: Modes) -> None:
     """Renames a finished temporary file to ``final``, making its directory if needed; on
-    failure the temporary file is removed and the error raised."""
+    failure the temporary file is removed and the error raised. The directory is opened
+    without following a symbolic link (:func:`open_dir`): a link put in its place in the
+    cache is refused, never written through."""
+    directory, name = os.path.split(final)
     try:
         try:
-            os.rename(tmp, final)
+            fd = open_dir(directory)
         except FileNotFoundError:
-            modes.makedirs(os.path.dirname(final))
-            os.rename(tmp, final)
+            modes.makedirs(directory)
+            fd = open_dir(directory)
+        try:
+            os.rename(tmp, name, dst_dir_fd=fd)
+        finally:
+            os.close(fd)
     except BaseException:
         unlink_quietly(tmp)
         raise
 
 
-def unlink_quietly(path: str) -> None:
+def unlink_in_place(path: str) -> None:
+    """Removes the file ``path`` (one that may already be gone) from its directory opened as
+    :func:`open_dir` does: never from where a symbolic link in its place leads."""
+    directory, name = os.path.split(path)
+    try:
+        fd = open_dir(directory)
+    except OSError:
+        return
+    try:
+        os.unlink(name, dir_fd=fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def unlink_quietly(path: str, dir_fd: int | None = None) -> None:
     """Remove a file that may already be gone."""
     try:
-        os.unlink(path)
+        os.unlink(path, dir_fd=dir_fd)
     except OSError:
         pass
 

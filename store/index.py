@@ -8,8 +8,10 @@ before the files existed, which is then copied to its file) and for every write.
 from __future__ import annotations
 
 import os
+import stat
 import time
 
+from .fsutil import not_ours
 from .rows import Rows
 
 TYPE_CHECKING = False
@@ -88,6 +90,18 @@ class RowReader:
         self.con.close()
 
 
+def _exists(db: str) -> bool:
+    """Whether the database file is there; OSError if something else is in its place (a
+    symbolic link, which sqlite would follow out of the cache)."""
+    try:
+        st = os.lstat(db)
+    except FileNotFoundError:
+        return False
+    if not stat.S_ISREG(st.st_mode):
+        raise not_ours(db, "file")
+    return True
+
+
 def index_budget(max_size: int) -> int:
     """Bytes the index database may take before diskcache culls its oldest rows."""
     return max(4 << 20, max_size // 16)
@@ -120,7 +134,7 @@ class Index:
         self.rows = Rows(root, modes)
         # The database is only read when a row file is missing: opened then, not here.
         self._db = os.path.join(self.dir, "cache.db")
-        self._direct = os.path.exists(self._db)
+        self._direct = _exists(self._db)
         if not self._direct:
             self._open()
 
@@ -155,7 +169,8 @@ class Index:
             from .sql import sqlite3
 
             try:
-                self._reader = RowReader(self._db, BUSY_TIMEOUT)
+                with self._modes.umask():  # it may make the -wal and -shm files
+                    self._reader = RowReader(self._db, BUSY_TIMEOUT)
                 self._seen = os.stat(self._db)
             except (sqlite3.Error, OSError):
                 self._reader = None  # damaged, locked, odd, gone: diskcache's open deals with it

@@ -24,7 +24,14 @@ import os
 
 import xxhash
 
-from .fsutil import TempFile, read_nonblocking, rename_into, unlink_quietly, write_all
+from .fsutil import (
+    TempFile,
+    open_dir,
+    read_nonblocking,
+    rename_into,
+    unlink_in_place,
+    write_all,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -118,7 +125,7 @@ class Rows:
             self.put(full_key, value)
 
     def drop(self, full_key: str) -> None:
-        unlink_quietly(self.path(full_key))
+        unlink_in_place(self.path(full_key))
 
     def discard(self, full_key: str, value: str) -> None:
         """Removes the row's file only if it holds exactly ``value`` (what this process put
@@ -127,42 +134,60 @@ class Rows:
         database once, never served stale."""
         path = self.path(full_key)
         if read_nonblocking(path) == _encoded(full_key, value):
-            unlink_quietly(path)
+            unlink_in_place(path)
 
     def files(self) -> Iterator[tuple[str, str | None]]:
         """(path, the key it holds or None when unreadable), for maintenance passes."""
-        for path in self._paths():
-            yield path, _key_of(path)
+        for top, fd in self._tops():
+            for name in _names(fd):
+                yield os.path.join(top, name), _key_of(name, fd)
 
-    def _paths(self) -> Iterator[str]:
+    def _tops(self) -> Iterator[tuple[str, int]]:
+        """Each fan-out directory (path, opened as fsutil.open_dir does: a symbolic link or
+        a file among them is skipped, never followed), closed when the next is asked for."""
         try:
-            tops = sorted(os.scandir(self.dir), key=lambda e: e.name)
-        except FileNotFoundError:
+            names = sorted(os.listdir(self.dir))
+        except OSError:
             return
-        for top in tops:
+        for name in names:
+            top = os.path.join(self.dir, name)
             try:
-                entries = list(os.scandir(top.path))
-            except (NotADirectoryError, FileNotFoundError):
+                fd = open_dir(top)
+            except OSError:
                 continue
-            for entry in entries:
-                yield entry.path
+            try:
+                yield top, fd
+            finally:
+                os.close(fd)
 
     def keep_only(self, full_keys: set[str]) -> int:
         """Removes the files of rows not in ``full_keys`` (the rows the index still has),
         and files that hold no row; returns how many. A row stored while this runs may lose
         its file: it is then read from the database once, and given its file again."""
         removed = 0
-        for path in self._paths():
-            full_key = _key_of(path) if full_keys else None  # none kept: no need to read
-            if full_key is None or full_key not in full_keys or self.path(full_key) != path:
-                unlink_quietly(path)
-                removed += 1
+        for top, fd in self._tops():
+            for name in _names(fd):
+                full_key = _key_of(name, fd) if full_keys else None  # none kept: no need to read
+                if (full_key is None or full_key not in full_keys
+                        or self.path(full_key) != os.path.join(top, name)):  # fmt: skip
+                    try:
+                        os.unlink(name, dir_fd=fd)
+                    except OSError:
+                        continue
+                    removed += 1
         return removed
 
 
-def _key_of(path: str) -> str | None:
+def _names(fd: int) -> list[str]:
+    try:
+        return os.listdir(fd)
+    except OSError:
+        return []
+
+
+def _key_of(name: str, dir_fd: int) -> str | None:
     """The key a row file holds, None if the file is unreadable or not a row file."""
-    data = read_nonblocking(path)
+    data = read_nonblocking(name, None, dir_fd)
     body = None if data is None else _checked(data)
     if body is None:
         return None

@@ -70,26 +70,23 @@ class Stats:
 
     def _connect(self, modes: Modes) -> sqlite3.Connection:
         path = os.path.join(self.dir, _DB)
-        if not os.path.exists(path):
+        # In the store's mode (sqlite gives its -wal and -shm files the same); never a
+        # symbolic link, which sqlite would follow out of the cache.
+        modes.create_empty(path)
+        with modes.umask():  # sqlite makes the -wal and -shm files at the first statement
+            con = sqlite3.connect(path, timeout=BUSY_TIMEOUT, isolation_level=None)
             try:
-                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, modes.file))
-            except FileExistsError:
-                pass
-        con = sqlite3.connect(path, timeout=BUSY_TIMEOUT, isolation_level=None)
-        try:
-            if con.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-                con.execute("PRAGMA journal_mode=WAL")
-            con.execute("PRAGMA synchronous=NORMAL")
-            con.execute(
-                "CREATE TABLE IF NOT EXISTS counters"
-                " (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID"
-            )
-            con.execute("SELECT count(*) FROM counters").fetchone()
-        except BaseException:
-            con.close()
-            raise
-        for suffix in ("", "-wal", "-shm"):
-            modes.fix_path(path + suffix)
+                if con.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                    con.execute("PRAGMA journal_mode=WAL")
+                con.execute("PRAGMA synchronous=NORMAL")
+                con.execute(
+                    "CREATE TABLE IF NOT EXISTS counters"
+                    " (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID"
+                )
+                con.execute("SELECT count(*) FROM counters").fetchone()
+            except BaseException:
+                con.close()
+                raise
         return con
 
     @property

@@ -25,6 +25,9 @@ if TYPE_CHECKING:
     from .stats import Stats
 
 DEFAULT_MAX_SIZE = 5 * 2**30
+#: Every directory the store creates under its root: a caller that writes files elsewhere
+#: (a link's outputs) refuses paths inside these, so it can never overwrite the store's own.
+LAYOUT = ("blobs", "claims", "index", "locks", "rows", "stats", "tmp")
 #: Outputs per process when placing many (materialize_many): a fork and a worker's results
 #: cost a few milliseconds (~3 ms in a warm server's child), the placing of ~50-100 copies.
 FORK_MIN_OUTPUTS = 128
@@ -63,6 +66,20 @@ def _helped(
     for i, value in zip(theirs, done, strict=True):
         results[i] = value
     return results
+
+
+def _not_its_own(root: str) -> str | None:
+    """Why the store must not use the cache at ``root``: one of its own directories is not a
+    directory (a symbolic link, a file), which it would write through to wherever that leads
+    (every member of a group-shared cache can put one there). None when there is none. Once
+    per Store: one directory listing, whatever the cache holds."""
+    with os.scandir(root) as entries:
+        for entry in entries:
+            if entry.name in LAYOUT and not entry.is_dir(follow_symlinks=False):
+                what = "a symbolic link" if entry.is_symlink() else "a file"
+                return (f"{entry.name} is {what}, not a directory the cache made; caching is "
+                        "off until it is removed")  # fmt: skip
+    return None
 
 
 def _read_only(path: str) -> bool:
@@ -113,6 +130,10 @@ class Store:
         self.packs_read_ahead = 0  # how many packs lookup() took as read ahead
         try:
             self._modes.makedirs(self.root)
+            odd = _not_its_own(self.root)
+            if odd is not None:
+                self._problems.report("not-its-own", odd)
+                return
             self._index = Index(self.root, self._modes, self.max_size, self._index_damaged)
         except Exception as error:
             if _read_only(self.root):
@@ -431,8 +452,7 @@ class Store:
                 try:
                     data: dict[str, bytes] = {}
                     for role, (digest, _) in manifest.outputs.items():
-                        with open(self._blobs.path(digest), "rb") as f:
-                            data[role] = f.read()
+                        data[role] = self._blobs.read(digest)
                     value = entry.encode(key, data, manifest.meta, manifest.outputs)
                 except (OSError, ValueError):
                     value = None  # evicted meanwhile, or a damaged blob: a miss

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 
-from .fsutil import TempFile, read_nonblocking, rename_into, write_all
+from .fsutil import open_dir, read_nonblocking, temp_name, unlink_quietly, write_all
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -39,53 +39,73 @@ def leave(stats_dir: str, modes: Modes, deltas: Mapping[str, int]) -> bool:
         return True
     directory = pending_dir(stats_dir)
     try:
-        if len(os.listdir(directory)) >= FOLD_AT:
-            return False
-    except FileNotFoundError:
         try:
+            fd = open_dir(directory)
+        except FileNotFoundError:
             modes.makedirs(directory)
-        except OSError:
-            return False
+            fd = open_dir(directory)
     except OSError:
-        return False
-    data = "".join(f"{name} {value}\n" for name, value in rows).encode()
+        return False  # not a directory of the cache's own (never written through), or none
     try:
-        with TempFile(directory, modes, "counts") as (fd, tmp):
-            write_all(fd, data)
-        rename_into(tmp, os.path.join(directory, os.path.basename(tmp)[1:-4]), modes)
+        if len(os.listdir(fd)) >= FOLD_AT:
+            return False
+        data = "".join(f"{name} {value}\n" for name, value in rows).encode()
+        tmp = os.path.basename(temp_name(directory, "counts"))
+        out = modes.create(tmp, dir_fd=fd)
+        try:
+            try:
+                write_all(out, data)
+            finally:
+                os.close(out)
+            os.rename(tmp, tmp[1:-4], src_dir_fd=fd, dst_dir_fd=fd)  # whole or absent
+        except OSError:
+            unlink_quietly(tmp, fd)
+            raise
     except OSError:
         return False
+    finally:
+        os.close(fd)
     return True
 
 
 def take(stats_dir: str, stale_after: float = 3600.0) -> dict[str, int]:
     """Reads and removes every pending file (call inside the database transaction that adds
     the result); returns the summed counts. Temporary files older than ``stale_after``
-    seconds (a writer killed before its rename) are removed too."""
+    seconds (a writer killed before its rename) are removed too. Only in the directory the
+    store made: a symbolic link in its place is left alone."""
     import time
 
-    directory = pending_dir(stats_dir)
     try:
-        entries = list(os.scandir(directory))
+        fd = open_dir(pending_dir(stats_dir))
+    except OSError:
+        return {}
+    try:
+        return _take(fd, time.time() - stale_after)
+    finally:
+        os.close(fd)
+
+
+def _take(fd: int, stale_before: float) -> dict[str, int]:
+    try:
+        entries = list(os.scandir(fd))
     except OSError:
         return {}
     totals: dict[str, int] = {}
-    now = time.time()
     for entry in entries:
         if entry.name.startswith("."):
             try:
-                if now - entry.stat(follow_symlinks=False).st_mtime > stale_after:
-                    os.unlink(entry.path)
+                if entry.stat(follow_symlinks=False).st_mtime < stale_before:
+                    os.unlink(entry.name, dir_fd=fd)
             except OSError:
                 pass
             continue
         if not entry.is_file(follow_symlinks=False):
             continue  # not a pending file: left alone
-        data = read_nonblocking(entry.path, _MAX_FILE)  # swapped for a FIFO: no wait
+        data = read_nonblocking(entry.name, _MAX_FILE, fd)  # swapped for a FIFO: no wait
         if data is None:
             continue  # folded by another process meanwhile, or unreadable
         try:
-            os.unlink(entry.path)
+            os.unlink(entry.name, dir_fd=fd)
         except OSError:
             continue  # folded by another process meanwhile
         for name, value in _parse(data):

@@ -60,7 +60,11 @@ class _Outputs:
     def __init__(self, protected: tuple[str, ...]) -> None:
         self.real_dirs: dict[str, str] = {}
         self.owner: dict[tuple[str, str], int] = {}
-        self.protected = tuple(os.path.realpath(p) for p in protected)
+        # The cache's directory resolved, not its parts: one of them replaced by a symbolic
+        # link leads elsewhere (the store then refuses to use the cache, a warning), and
+        # must not make outputs there look like the cache's own files.
+        self.protected = tuple(os.path.join(os.path.realpath(os.path.dirname(p)),
+                                            os.path.basename(p)) for p in protected)  # fmt: skip
 
     def real_dir(self, directory: str) -> str:
         found = self.real_dirs.get(directory)
