@@ -1,13 +1,14 @@
 """Builds the optional native parts: the shard canonicalizer (cached_dist/bitcode/_shard.c),
 the job-file scanner (cached_dist/jobfile/_scan.c), the input reader
-(cached_dist/keys/_read.c), the output placer (store/_link.c), the warm
-server's client (cached_dist/serve/client.c, an executable in the package) and the runners'
-guard (cached_dist/runners/guard.c, another: compilers end with their link).
+(cached_dist/keys/_read.c), the output placer (store/_link.c), and executables in the
+package: the warm server's client (cached_dist/serve/client.c), the runners' guard
+(cached_dist/runners/guard.c: compilers end with their link) and the compiler launcher
+(cached_dist/launcher/cc.c).
 
 Everything else is declared in pyproject.toml. All are optional: when they cannot be built
 (no C compiler or Python headers) the install still succeeds; cached-dist then uses the
 pure-Python reference decoder (``cached-dist stats`` and ``--verbose`` say so) and reader,
-and ``cached-dist serve`` says the client is missing.
+and ``cached-dist serve`` and ``cached-dist flags --launcher`` say what is missing.
 """
 
 import os
@@ -20,6 +21,7 @@ CLIENT_SOURCE = "cached_dist/serve/client.c"
 EXECUTABLES = [
     (CLIENT_SOURCE, "cached-dist-client", "c99"),
     ("cached_dist/runners/guard.c", "cached-dist-guard", "gnu99"),
+    ("cached_dist/launcher/cc.c", "cached-dist-cc", "c99"),
 ]
 
 

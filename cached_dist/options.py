@@ -352,8 +352,8 @@ def from_environment(environ: Mapping[str, str]) -> dict[str, Any]:
     return values
 
 
-def from_config_file(path: str, *, required: bool) -> dict[str, Any]:
-    """Reads the TOML file; a missing default file is fine, a missing named one is not."""
+def config_table(path: str, *, required: bool) -> dict[str, Any]:
+    """The TOML file's table; a missing default file is fine (empty), a missing named one is not."""
     try:
         with open(path, "rb") as f:
             raw = f.read()
@@ -366,11 +366,17 @@ def from_config_file(path: str, *, required: bool) -> dict[str, Any]:
     import tomllib  # only when a config file exists
 
     try:
-        table = tomllib.loads(raw.decode("utf-8"))
+        return tomllib.loads(raw.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise UsageError(f"config file {path}: invalid TOML: {e}") from None
+
+
+def from_config_file(path: str, *, required: bool) -> dict[str, Any]:
+    """Reads the TOML file's options; a missing default file is fine, a missing named one is not."""
     values: dict[str, Any] = {}
-    for key, value in table.items():
+    for key, value in config_table(path, required=required).items():
+        if key == "base-dir":  # the compiler launcher's (cached_dist/launcher), not a link's
+            continue
         if key == "inner":
             if (
                 not isinstance(value, list)

@@ -5,9 +5,10 @@ tests/programs/tally (a C++ program with a C static library and a C++ shared lib
 real cmake, ninja, make, meson, autoconf, automake and libtool (the autotools recipe runs on
 tally's sources with tests/programs/autotally's configure.ac and Makefile.am). The program
 must run; then a source of each library is touched and the recipe's ``export`` lines, its
-``flags=`` line and its last command (its build step) run again: both links must run again
-and compile no backend job. Each recipe must also stop at ``cached-dist flags`` when the
-compiler cannot do DTLTO (Debian's clang-14), before it configures anything.
+``flags=`` and ``launcher=`` lines and its last command (its build step) run again: both
+links must run again and compile no backend job. Each recipe must also stop at
+``cached-dist flags`` when the compiler cannot do DTLTO (Debian's clang-14), before it
+configures anything.
 
 The test adds only environment: the cache directory (CACHED_DIST_DIR, as the guide suggests),
 and, through clang's CCC_OVERRIDE_OPTIONS, ``-Wl,--thinlto-remote-compiler=`` naming a wrapper
@@ -48,10 +49,10 @@ def recipes() -> dict[str, str]:
 
 
 def rebuild_script(recipe: str) -> str:
-    """The recipe's ``export`` lines, its ``flags=`` line and its last command
-    (continuation lines joined)."""
+    """The recipe's ``export`` lines, its ``flags=`` and ``launcher=`` lines and its last
+    command (continuation lines joined)."""
     commands = [c.strip() for c in recipe.replace("\\\n", " ").splitlines() if c.strip()]
-    kept = [c for c in commands if c.startswith(("export ", "flags="))]
+    kept = [c for c in commands if c.startswith(("export ", "flags=", "launcher="))]
     return "\n".join([*kept, commands[-1]])
 
 
@@ -62,13 +63,17 @@ def test_the_guide_has_one_recipe_per_build_system() -> None:
         # The flags are taken first, and a failure stops the recipe there.
         flags = "--libtool" if name == "autotools" else ""
         assert f'flags="$(cached-dist flags{" " + flags if flags else ""})" &&\n' in body
-        assert body.count("$(cached-dist flags") == 1
+        # Then the compiler launcher's command (docs/guide.md, "Sharing a cache").
+        form = "=cmake" if name.startswith("cmake") else ""
+        assert f'\nlauncher="$(cached-dist flags --launcher{form})" &&\n' in body
+        assert body.count("$(cached-dist flags") == 2
 
 
 def test_rebuild_script_is_the_exports_the_flags_and_the_build_step() -> None:
-    recipe = ('export CC=c\nflags="$(f)" &&\ncmake -S . \\\n    -DX="$flags" &&\n'
-              "cmake --build build\n")  # fmt: skip
-    assert rebuild_script(recipe) == 'export CC=c\nflags="$(f)" &&\ncmake --build build'
+    recipe = ('export CC=c\nflags="$(f)" &&\nlauncher="$(g)" &&\ncmake -S . \\\n'
+              '    -DX="$flags" &&\ncmake --build build\n')  # fmt: skip
+    assert rebuild_script(recipe) == ('export CC=c\nflags="$(f)" &&\nlauncher="$(g)" &&\n'
+                                      "cmake --build build")  # fmt: skip
 
 
 def _project(name: str, tmp_path: Path) -> Path:

@@ -17,6 +17,8 @@ HEAVY = ("json", "re", "enum", "contextlib", "importlib.util", "pathlib",
          "dataclasses", "typing", "inspect", "filelock", "psutil", "subprocess", "asyncio",
          "concurrent.futures", "multiprocessing", "signal", "tomllib", "argparse",
          "cached_dist.runners", "cached_dist.bitcode.shard", "store.lease",
+         # the source-path hint reads modules' bitcode on misses and with --verbose only
+         "cached_dist.link.checkouts", "cached_dist.bitcode.source_name",
          # the index and statistics databases: a full hit reads row files and leaves its
          # counts in a file (store/rows.py, store/tally.py)
          "_sqlite3", "sqlite3", "diskcache", "store.sql", "store.dbopen", "store.stats",

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from ..options import Options
     from ..runners import Result
     from ..serve.handoff import Handoff
+    from .checkouts import SourcePaths
     from .tiers import Tiers
 
 # Longest time one link waits, in total, for other links' compilations of keys it needs;
@@ -91,6 +92,7 @@ class CachedLink:
         self.wall_saved = 0.0  # over the hits whose entries recorded their wall-time share
         self.bytes_served = 0
         self.counters: dict[str, int] = {}  # extra statistics: shards, verification
+        self.sources: SourcePaths | None = None  # modules' source paths, read on misses
         self.found: dict[str, Manifest] = {}  # what look_up() found
         self.asked: set[str] = set()  # the keys it looked up
         # The manifests of the link's target read in one go (store/pack.py), and kept for the
@@ -220,6 +222,7 @@ class CachedLink:
             claim = claims.pop(k.job.index, None)
             if claim is not None:
                 claim.release()
+            self.note_source(k.job)
             self.summary.compiled += 1
             self.summary.compiled_remotely += result.remote
             self.progress.update()
@@ -236,6 +239,42 @@ class CachedLink:
                     self.tiers.release(k)
         self.summary.fallback += outcome.fallback
         raise_failures(outcome.failures)
+
+    def note_source(self, job: Job) -> None:
+        """Reads a compiled job's source name (``stats`` counts those inside the checkout by
+        absolute path: other checkouts will not share them), as the job ends, beside the
+        compiles still running."""
+        if self.sources is None:
+            from .checkouts import SourcePaths
+
+            self.sources = SourcePaths()
+        self.sources.note(job)
+
+    def count_sources(self) -> None:
+        """The statistic of note_source's reads, once per link; never raises."""
+        if self.sources is None:
+            return
+        try:
+            found = len(self.sources.in_checkout(self.sources.compiled))
+        except Exception:  # a hint must not cost a link
+            return
+        if found:
+            self.counters["modules_absolute_source"] = found
+
+    def hint_sources(self) -> None:
+        """With --verbose: the line saying that modules were compiled by absolute path."""
+        if self.sources is None:
+            from .checkouts import SourcePaths
+
+            self.sources = SourcePaths()
+        try:
+            hint = self.sources.hint(self.job_file.jobs)
+        except Exception:  # a hint must not cost a link
+            if self.options.debug:
+                raise
+            return
+        if hint is not None:
+            self.log.detail(hint)
 
     def run(self, keyed: list[Keyed]) -> None:
         misses = self.serve_all(keyed)
@@ -403,6 +442,8 @@ def run_cached(
             if not NATIVE:  # said once per link, and only when it cost something
                 log.detail(f"shards: {MISSING_NOTICE}")
         link.run(keyed)
+        if log.verbose:
+            link.hint_sources()
     finally:
         link.progress.finish()
         if handoff is None or handoff.committed:  # a link handed back leaves no trace
@@ -411,6 +452,7 @@ def run_cached(
             except Exception:  # a remote never fails a link
                 pass
         remote = tiers.finish() if tiers is not None else {}
+        link.count_sources()
         counters = {
             "shards_decoded": shard_keys.decoded,
             "shards_memoized": shard_keys.memoized,

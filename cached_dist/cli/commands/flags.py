@@ -1,4 +1,5 @@
 """usage: cached-dist flags [--server] [--libtool] [--cc COMPILER]... [OPTIONS] [-- INNER [ARGS...]]
+       cached-dist flags --launcher[=cmake] [--base-dir DIR] [--prefix-map[=NAME]]
 
 Prints, as one line of shell words, the compiler-driver flags that link through cached-dist:
 
@@ -14,7 +15,15 @@ absolute); the environment and config file are read at link time instead.
 
 It first checks that the compiler the build links with can do DTLTO (clang 21 or later with
 lld): each --cc COMPILER, else $CC (default: clang) and $CXX when set. If it cannot: one
-error line, exit status 2."""
+error line, exit status 2.
+
+With --launcher, it prints instead the compiler launcher's command (cached-dist-cc), which
+rewrites absolute paths under the base directory relative to the compiler's working
+directory so that checkouts at other paths share results: CC="$(cached-dist flags
+--launcher) clang", or with --launcher=cmake as a CMake list for CMAKE_<LANG>_COMPILER_LAUNCHER.
+--base-dir DIR (else the config file's base-dir; else, at compile time, $CACHED_DIST_BASE_DIR
+or the checkout's top directory) and --prefix-map[=NAME] (-ffile-prefix-map=BASE=NAME on
+every compile, NAME default '.') go into that command."""
 
 import os
 import shlex
@@ -28,6 +37,14 @@ from .. import driver
 
 def main(args: list[str]) -> int:
     own = args[: args.index("--") if "--" in args else len(args)]
+    form = next((a for a in own if a == "--launcher" or a.startswith("--launcher=")), None)
+    if form is not None:
+        from ...launcher import command_line
+
+        rest = list(args)
+        rest.remove(form)
+        print(command_line(rest, form.partition("=")[2], os.environ))
+        return 0
     server, libtool = "--server" in own, "--libtool" in own
     args = [a for a in own if a not in ("--server", "--libtool")] + args[len(own) :]
     compilers, words = _take_cc(args)

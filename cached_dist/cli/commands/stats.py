@@ -3,8 +3,10 @@
 Shows the cache's statistics, shared by every process that uses the directory: hits, misses,
 hit rate, entries, size and limit, evictions, corruptions, the compile time of hits (the
 sum of each hit's recorded compile time: on N cores a link saves about 1/N of it in wall
-time) and the wall time the hits replaced (each stored result records the share of its link's
-wall time it accounted for; results stored before cached-dist recorded it count nothing)."""
+time), the wall time the hits replaced (each stored result records the share of its link's
+wall time it accounted for; results stored before cached-dist recorded it count nothing) and
+the compiled modules whose bitcode names their source file by absolute path (checkouts at
+other paths do not share those: see `cached-dist flags --launcher`)."""
 
 import json
 
@@ -12,7 +14,7 @@ from . import human_size, open_store, options_for
 
 # Counters cached-dist keeps in the store beside the store's own (see link.cached.run_cached).
 EXTRA = ("shards_decoded", "shards_memoized", "shards_not_canonical", "jobs_not_cacheable",
-         "hits_verified",
+         "hits_verified", "modules_absolute_source",
          "hit_mismatches", "hits_unverifiable", "wall_saved_us",
          # the remote tier (link.tiers): hits counts both tiers, remote_hits the remote's share
          "remote_hits", "remote_misses", "remote_errors", "remote_corrupt", "remote_wrong_key",
@@ -68,8 +70,19 @@ def main(args: list[str]) -> int:
         ("jobs not cacheable", stats["jobs_not_cacheable"]),
         ("hits verified", stats["hits_verified"]),
         ("hit mismatches", stats["hit_mismatches"]),
+        ("absolute sources", _absolute_sources(stats["modules_absolute_source"])),
         ("shard decoder", "native (C extension)" if NATIVE else f"pure Python: {MISSING_NOTICE}"),
     ]
     for name, value in rows:
         print(f"{name:<20} {value}")
     return 0
+
+
+def _absolute_sources(count: float) -> str:
+    """Compiled modules named by absolute source path, and what to do about them."""
+    if not count:
+        return "0"
+    from ...link.checkouts import REMEDY
+
+    return (f"{count:.0f} compiled modules named their source by absolute path: checkouts "
+            f"at other paths will not share them; {REMEDY}")  # fmt: skip
