@@ -77,7 +77,12 @@ def links(tmp_path: Path) -> Links:
 
 
 def _write(path: Path, data: bytes) -> Callable[[], None]:
-    return lambda: path.write_bytes(data)
+    """What writes ``data`` over the file at ``path`` (a change of contents only)."""
+
+    def change() -> None:
+        path.write_bytes(data)
+
+    return change
 
 
 def _cgdata(links: Links, source: str, name: str) -> bytes:
