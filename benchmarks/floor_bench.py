@@ -1,6 +1,6 @@
 """Full hits against LLD's own cache and against two floors, side by side in one run.
 
-    python -m benchmarks.floor_bench [--rounds N] [--programs a,b,...] [--profile]
+    python -m benchmarks.floor_bench [--rounds N] [--programs a,b,...] [--profile] [--output F]
 
 Per program, eight links of the same inputs are timed, interleaved round by round:
 
@@ -26,6 +26,9 @@ it varies with how full that part of the disk is, and every copied output pays i
 
 Programs: lua 5.4 with a regular and a thin liblua.a (Debian's source, its own Makefile), and
 the generated program of tests/shardgen.py with 300 and 3,000 modules in a regular archive.
+Not in the default set: ``coff-300``, the 300-module program compiled for
+x86_64-pc-windows-msvc, archived by llvm-lib and linked by lld-link (``/lldltocache:`` as
+LLD's cache, ``/thinlto-distributor:`` and its arguments; its results go to ``--output``).
 Also measured: the native and pure-Python shard canonicalization speed (MB/s of shard bytes)
 on the real shards of these links, and that both give the same digests. ``--profile`` prints
 a cProfile of one cached-dist full hit per program. Results: benchmarks/results/floor_bench.json.
@@ -74,33 +77,63 @@ def say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def build_generated(modules: int, dest: Path) -> Path:
-    """tests/shardgen.py's program of ``modules`` modules, all but main in libmods.a."""
+def build_generated(modules: int, dest: Path, coff: bool = False) -> Path:
+    """tests/shardgen.py's program of ``modules`` modules, all but main in libmods.a; with
+    ``coff``, compiled for Windows (it needs no C library) into .obj files and mods.lib."""
     from tests import shardgen
 
-    if (dest / "libmods.a").exists():
+    library = "mods.lib" if coff else "libmods.a"
+    if (dest / library).exists():
         return dest
     sources = shardgen.many_module_program(modules)
     shardgen.write_sources(dest, sources)
+    suffix = ".obj" if coff else ".o"
+    # Windows probes stacks over 4 KB through the C runtime's __chkstk (main's 300 calls):
+    # the program is linked without it.
+    target = ["--target=x86_64-pc-windows-msvc", "-mno-stack-arg-probe"] if coff else []
 
     def compile_one(name: str) -> None:
-        obj = name.replace(".c", ".o")
-        subprocess.run([str(LLVM_BIN / "clang"), "-flto=thin", "-O2", "-c", name, "-o", obj],
-                       cwd=dest, check=True, capture_output=True)  # fmt: skip
+        obj = name.replace(".c", suffix)
+        subprocess.run([str(LLVM_BIN / "clang"), *target, "-flto=thin", "-O2", "-c", name,
+                        "-o", obj], cwd=dest, check=True, capture_output=True)  # fmt: skip
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         list(pool.map(compile_one, sorted(sources)))
-    members = [n.replace(".c", ".o") for n in sorted(sources) if n != "main.c"]
-    subprocess.run([str(LLVM_BIN / "llvm-ar"), "rcs", "libmods.a", *members], cwd=dest,
-                   check=True, capture_output=True)  # fmt: skip
+    members = [n.replace(".c", suffix) for n in sorted(sources) if n != "main.c"]
+    archive = ([str(LLVM_BIN / "llvm-lib"), f"/out:{library}"] if coff
+               else [str(LLVM_BIN / "llvm-ar"), "rcs", library])  # fmt: skip
+    subprocess.run([*archive, *members], cwd=dest, check=True, capture_output=True)
     return dest
 
 
 def link_command(program: str, out: str, extra: list[str]) -> list[str]:
     if program.startswith("lua"):
         return lua.link_command(out, extra)
+    if program.startswith("coff"):
+        return [str(LLVM_BIN / "lld-link"), "/brepro", "/subsystem:console", "/entry:main",
+                "/nodefaultlib", "main.obj", "mods.lib", f"/out:{out}",
+                *lld_link_flags(extra)]  # fmt: skip
     return [str(LLVM_BIN / "clang"), "-flto=thin", "-O2", "-fuse-ld=lld", "main.o",
             "libmods.a", "-o", out, *extra]  # fmt: skip
+
+
+def lld_link_flags(extra: Sequence[str]) -> list[str]:
+    """The clang driver's DTLTO flags of the ELF links, as lld-link spells them: it names no
+    backend compiler by itself (the driver names itself), and takes each distributor
+    argument as one flag (the driver splits -Xthinlto-distributor= on commas)."""
+    out = []
+    for word in extra:
+        flag, _, value = word.partition("=")
+        if flag == "-fthinlto-distributor":
+            out += [f"/thinlto-distributor:{value}",
+                    f"/thinlto-remote-compiler:{LLVM_BIN / 'clang'}"]  # fmt: skip
+        elif flag == "-Xthinlto-distributor":
+            out += [f"/thinlto-distributor-arg:{arg}" for arg in value.split(",")]
+        elif flag == "-Wl,--thinlto-cache-dir":
+            out.append(f"/lldltocache:{value}")
+        else:
+            raise ValueError(f"no lld-link spelling for {word!r}")
+    return out
 
 
 def program_source(program: str, work: Path, fresh: bool = False) -> Path:
@@ -110,7 +143,7 @@ def program_source(program: str, work: Path, fresh: bool = False) -> Path:
         return lua.build(work / "lua", thin=program == "lua-thin")
     if program.startswith("lua"):
         return work / "lua/src"
-    return build_generated(int(program.split("-")[1]), work / "src")
+    return build_generated(int(program.split("-")[1]), work / "src", program.startswith("coff"))
 
 
 def prepare(
@@ -271,6 +304,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--programs", default=",".join(PROGRAMS))
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--fresh", action="store_true", help="rebuild everything")
+    parser.add_argument("--output", default="floor_bench.json",
+                        help="results file in benchmarks/results/")  # fmt: skip
     args = parser.parse_args(argv)
     programs = [p for p in args.programs.split(",") if p]
     byte_compile()
@@ -399,7 +434,7 @@ def measure(args: argparse.Namespace, programs: list[str], root: Path, floor_c: 
               "times_s": {n: m.times for n, m in results.items()},
               "cpu_s": CPU_TIMES, "distributor_s": DIST_TIMES}  # fmt: skip
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "floor_bench.json").write_text(json.dumps(report, indent=1) + "\n")
+    (RESULTS / args.output).write_text(json.dumps(report, indent=1) + "\n")
     return 0
 
 

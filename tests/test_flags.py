@@ -192,3 +192,72 @@ def test_libtool_form_passes_everything_to_lld_itself(tmp_path: Path) -> None:
         "-Wl,--thinlto-distributor-arg=--", "-Wl,--thinlto-distributor-arg=python3",
         "-Wl,--thinlto-distributor-arg=d.py",
     ]  # fmt: skip
+
+
+CLANG_CL = CLANG.parent / "clang-cl"
+LLD_NEEDS = "DTLTO needs lld-link 21 or later"
+
+
+@pytest.mark.parametrize("cc", [str(CLANG_CL), f"{CLANG} --target=x86_64-pc-windows-msvc"])
+def test_a_driver_that_links_with_lld_link_is_one_line_error(tmp_path: Path, cc: str) -> None:
+    """clang's MSVC toolchain runs lld-link without the distributor (LLVM 22 drops it): the
+    flags would link in-process, uncached; it says what to use instead."""
+    done = flags(cwd=tmp_path, CC=cc)
+    assert_one_line_error(done, 2, f"{cc} links Windows targets with lld-link, and its driver "
+                                   "does not pass -fthinlto-distributor= on: print lld-link's "
+                                   "flags with `cached-dist flags --lld-link`")  # fmt: skip
+    assert done.stdout == ""
+
+
+def test_lld_link_flags(tmp_path: Path) -> None:
+    """lld-link's own flags: the backend compiler is the clang clang-cl is (LLD's options are
+    clang's spelling), and each option word is one /thinlto-distributor-arg:, commas and
+    all (lld-link does not split them)."""
+    done = flags("--lld-link", "--cc", str(CLANG_CL), "--jobs", "2", "--cache-dir=c,d", "--",
+                 "python3", "my,dist.py", cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert shlex.split(done.stdout) == [
+        f"/thinlto-distributor:{os.path.abspath(cached_dist_exe())}",
+        f"/thinlto-remote-compiler:{CLANG.resolve()}", "/thinlto-distributor-arg:--jobs",
+        "/thinlto-distributor-arg:2", f"/thinlto-distributor-arg:--cache-dir={tmp_path}/c,d",
+        "/thinlto-distributor-arg:--", "/thinlto-distributor-arg:python3",
+        "/thinlto-distributor-arg:my,dist.py",
+    ]  # fmt: skip
+    done = flags("--lld-link", "--server", cwd=tmp_path, CC=str(CLANG))
+    assert done.returncode == 0, done.stderr
+    words = shlex.split(done.stdout)
+    assert words[0].startswith("/thinlto-distributor:") and words[0].endswith("cached-dist-client")
+    assert words[1:] == [f"/thinlto-remote-compiler:{CLANG.resolve()}",
+                         f"/thinlto-distributor-arg:{os.path.abspath(cached_dist_exe())}"]  # fmt: skip
+
+
+@pytest.mark.skipif(not Path("/usr/lib/llvm-14/bin/lld-link").exists(),
+                    reason="Debian's lld-14 not installed (run scripts/setup)")  # fmt: skip
+def test_an_old_lld_link_is_one_line_error(tmp_path: Path) -> None:
+    done = flags("--lld-link", "--cc", "clang-14", cwd=tmp_path)
+    assert_one_line_error(done, 2, "/usr/lib/llvm-14/bin/lld-link (Debian LLD 14.0.6) cannot link "
+                                   f"through a distributor: {LLD_NEEDS}")  # fmt: skip
+
+
+def test_lld_link_errors(tmp_path: Path) -> None:
+    lonely = tmp_path / "bin"
+    lonely.mkdir()
+    shutil.copy(CLANG.resolve(), lonely / "clang")  # a real clang 22, no lld-link beside it
+    shutil.copy(CLANG.resolve(), lonely / "clang-cl")  # a copy (as on Windows), not a link
+    done = flags("--lld-link", "--cc", str(lonely / "clang"), cwd=tmp_path, PATH=str(lonely))
+    assert_one_line_error(done, 2, f"cannot find lld-link beside {lonely / 'clang'} or on PATH")
+    (lonely / "clang").unlink()
+    done = flags("--lld-link", "--cc", str(lonely / "clang-cl"), cwd=tmp_path)
+    assert_one_line_error(done, 2, f"no clang beside {lonely / 'clang-cl'} to compile the "
+                                   "backend jobs (clang-cl misreads")  # fmt: skip
+    done = flags("--lld-link", cwd=tmp_path, CC="no-such-cl")
+    assert_one_line_error(done, 2, "compiler 'no-such-cl' not found: set CC or --cc to a clang "
+                                   f"or clang-cl ({LLD_NEEDS})")  # fmt: skip
+    done = flags("--lld-link", "--libtool", cwd=tmp_path, CC=str(CLANG))
+    assert_one_line_error(done, 2, "--libtool and --lld-link cannot be combined")
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc not installed")
+def test_lld_link_with_gcc_is_one_line_error(tmp_path: Path) -> None:
+    done = flags("--lld-link", cwd=tmp_path, CC="gcc")
+    assert_one_line_error(done, 2, f"is not clang: {LLD_NEEDS} and clang")

@@ -64,3 +64,18 @@ def test_the_distance_from_the_c_floor_leaves_out_the_floors_own_excess() -> Non
     # One round where ours ran while the host was slower: one outlier of five moves no median.
     results[f"p: {OURS[0]}"].times[0] *= 3
     assert floor_distance(results, "p")[OURS[0]][1] == pytest.approx(0.01)
+
+
+def test_the_coff_program_links_with_lld_link_spellings() -> None:
+    """floor_bench's coff-300 links take the ELF links' driver flags in lld-link's words."""
+    from benchmarks.floor_bench import LLVM_BIN, link_command
+
+    command = link_command("coff-300", "app", ["-fthinlto-distributor=/d", "-Xthinlto-distributor=a,b",
+                                               "-Wl,--thinlto-cache-dir=/c"])  # fmt: skip
+    assert command[0] == str(LLVM_BIN / "lld-link") and "/out:app" in command
+    assert command[command.index("/out:app") + 1 :] == [
+        "/thinlto-distributor:/d", f"/thinlto-remote-compiler:{LLVM_BIN / 'clang'}",
+        "/thinlto-distributor-arg:a", "/thinlto-distributor-arg:b", "/lldltocache:/c",
+    ]  # fmt: skip
+    with pytest.raises(ValueError, match="no lld-link spelling"):
+        link_command("coff-300", "app", ["-Wl,--gc-sections"])

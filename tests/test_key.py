@@ -100,6 +100,46 @@ def test_other_files_on_the_command_line_count_by_content_and_directory(
     assert len(set(keys)) == 3  # content, then working directory, each make a difference
 
 
+def test_the_name_the_compiler_is_run_by_counts(tmp_path: Path, base: str) -> None:
+    """clang-cl is clang under another name that reads the same options otherwise: the
+    identity follows the link to one executable, so the name must count; the directory and
+    a Windows .exe do not."""
+    as_cl = key_of(job_file(tmp_path, common_args=["clang-cl", *ARGS[1:]]))
+    assert as_cl != base
+    assert key_of(job_file(tmp_path, common_args=["/opt/llvm/bin/clang", *ARGS[1:]])) == base
+    windows = ["C:\\LLVM\\bin\\clang-cl.exe", *ARGS[1:]]
+    assert key_of(job_file(tmp_path, common_args=windows)) == as_cl
+
+
+@pytest.mark.parametrize(
+    ("option", "file"),
+    [
+        ("-mllvm=-codegen-data-use-path={}", "merged.cgdata"),  # the value is an option
+        ("-Xclang=-fprofile-instrument-use-path={}", "p.profdata"),
+        ("-fprofile-use={}", "p.profdata"),
+        ("-fprofile-use={}", "pgo/default.profdata"),  # a directory: clang reads this in it
+        ("-fprofile-use", "default.profdata"),  # bare: the working directory's
+        ("-fprofile-instr-use", "default.profdata"),
+    ],
+)
+def test_files_options_name_count_by_content(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, option: str, file: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    spelled = option.format(file.removesuffix("/default.profdata"))
+    args = [*ARGS, spelled]
+    write(tmp_path, file, "one")
+    first = key_of(job_file(tmp_path, common_args=args))
+    write(tmp_path, file, "two")
+    assert key_of(job_file(tmp_path, common_args=args)) != first
+
+
+def test_a_response_file_makes_a_job_not_cacheable(tmp_path: Path, base: str) -> None:
+    write(tmp_path, "opts.rsp", "-O3\n")
+    with pytest.raises(key.NotCacheableError, match=r"response file .*\(@opts.rsp\)"):
+        key_of(job_file(tmp_path, common_args=[*ARGS, "@opts.rsp"]))
+
+
 def test_the_compiler_identity_covers_its_content(tmp_path: Path) -> None:
     compiler = tmp_path / "cc"
     compiler.write_text("#!/bin/sh\necho v1\n")
@@ -149,6 +189,13 @@ def test_toolchain_identity_is_memoized_by_file_identity(tmp_path: Path) -> None
         ("libx.a", False),
         ("dir (copy)/t2.o", False),
         ("libx.a(t2.o at 106)", False),
+        ("libb.libb.obj3016.2.18AC.o", True),  # lld-link: archive, member, offset run together
+        ("libb.libc.o168.3.46C2.o", True),
+        ("b.1.18114.native.o", False),  # an output
+        ("libb.libb.obj3016.2.18ac.o", False),  # LLD writes the pid in upper case
+        ("libb.libb.obj.2.18AC.o", False),  # no offset
+        ("sub/libb.libb.obj3016.2.18AC.o", False),  # LLD writes members without a directory
+        ("v1.2.o", False),
     ],
 )
 def test_per_link_member_names(path: str, per_link: bool) -> None:
@@ -203,7 +250,7 @@ def test_the_recipe_spelled_out_for_every_job_of_a_link(
     monkeypatch.setattr(toolchain, "identity", lambda *a, **k: "tool")
     keyed = compute_keys(jf, toolchain.NoMemo(), Shards())  # type: ignore[arg-type]
     d = {name: _digest(text) for name, text in files.items()}
-    head = [f"cached-dist key {KEY_FORMAT}", "tool", "-", "argv", "-c", "-O2"]
+    head = [f"cached-dist key {KEY_FORMAT}", "tool", "clang", "-", "argv", "-c", "-O2"]
     shared = ["-fprofile-use=<common0>", "-fsymbol-list=sym.txt"]
     tail = ["-fthinlto-index=<shard>", "-o", "<output0>", "files"]
     expected = [
@@ -238,6 +285,7 @@ SHAPES = [
     ("the shard is the module", False),
     ("the output looks like a flag", False),
     ("the module looks like a flag", False),
+    ("the module looks like a response file", False),
     ("the shared arguments end in -mllvm", False),
     ("the shared arguments end in -Xclang", False),
     ("no shared arguments", False),
@@ -289,6 +337,8 @@ def test_lld_arguments_take_the_short_way_to_the_same_key(
         outputs = [out]
     elif shape == "the module looks like a flag":
         module = "-MD"
+    elif shape == "the module looks like a response file":
+        module = "@m.o"
     elif shape == "the shared arguments end in -mllvm":
         common.append("-mllvm")
     elif shape == "the shared arguments end in -Xclang":

@@ -33,6 +33,9 @@ JOB = ["m.o", "-fthinlto-index=m.1.2.native.o.thinlto.bc", "-o", "m.1.2.native.o
         (["-mllvm", "-pass-remarks-output=r.yaml"], "LLVM option"),
         (["-mllvm=-info-output-file=x"], "LLVM option"),
         (["-Xclang", "-mllvm", "-Xclang", "-stats-json"], "LLVM option"),
+        (["-Xclang=-split-dwarf-file", "-Xclang=m.dwo"], "split DWARF"),  # -Xclang= spelled
+        (["-Xclang=-mllvm", "-Xclang=-stats-json"], "LLVM option"),
+        (["@opts.rsp"], "response file"),  # options the check cannot see
     ],
 )
 def test_side_output_options_make_a_job_uncacheable(extra: list[str], why: str) -> None:

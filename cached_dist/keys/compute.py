@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
+
 from . import toolchain
 from .digests import Digests
 from .key import NotCacheableError, Recipe
 
 TYPE_CHECKING = False  # typing and dataclasses cost ~15 ms of a ~100 ms cache hit
 if TYPE_CHECKING:
-    import os
     from collections.abc import Callable, Sequence
 
     from ..jobfile import Job, JobFile
@@ -50,6 +51,7 @@ def compute_keys(
     identities: dict[str, str | None] = {}
     why_not: dict[str, str] = {}
     shared = job_file.common_args
+    launched = launched_programs(shared)
 
     def begin_each(jobs: Sequence[Job]) -> list[Begun]:
         """Each job's toolchain identity and key prefix (Recipe.prefix: all of its key but
@@ -59,9 +61,7 @@ def compute_keys(
             compiler = shared[0] if shared else job_file.command(job)[0]
             if compiler not in identities:
                 try:
-                    identities[compiler] = (
-                        toolchain.identity(compiler, memo, compiler_check) if compiler else None
-                    )
+                    identities[compiler] = _identity(compiler, launched, memo, compiler_check)
                 except OSError:
                     identities[compiler] = None  # the runner will report the missing compiler
                 except toolchain.CompilerCheckError as e:
@@ -103,6 +103,26 @@ def compute_keys(
     shard_keys.finish(digests)
     rest = finish_each(begun)
     return sorted(first + rest, key=_job_index)
+
+
+def _identity(compiler: str, launched: list[str], memo: Memo, check: str) -> str | None:
+    """The toolchain identity of the compiler and of each program it launches."""
+    if not compiler:
+        return None
+    return "+".join(toolchain.identity(p, memo, check) for p in (compiler, *launched))
+
+
+def launched_programs(shared: tuple[str, ...]) -> list[str]:
+    """Programs named by path among the words LLD puts between the compiler and ``-c``
+    (``--thinlto-remote-compiler-prepend-arg``): the compiler may be a launcher (``env``,
+    a multi-call driver) and such a word the binary that really compiles, whose identity
+    (its LLVM libraries too, not only its bytes) must then be in the key. A bare word
+    (``llvm clang``: the tool a multi-call driver runs) is in the key as text."""
+    if len(shared) < 2 or shared[1] == "-c":
+        return []
+    words = shared[1 : shared.index("-c")] if "-c" in shared else shared[1:]
+    return [w for w in words
+            if "/" in w and os.path.isfile(w) and os.access(w, os.X_OK)]  # fmt: skip
 
 
 def _job_index(k: Keyed) -> int:

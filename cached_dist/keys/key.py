@@ -2,12 +2,15 @@
 
 Ingredients (see docs/keys.md for why each is there):
 - the key-format version, so a new recipe never meets old entries;
-- the toolchain identity (compiler executable and its LLVM libraries) and, when the job file
-  has one, the linker version;
+- the toolchain identity (compiler executable and its LLVM libraries), the name the compiler
+  is run by (clang picks its driver mode from it: ``clang-cl`` reads options differently)
+  and, when the job file has one, the linker version;
 - the command line after the compiler, with every path of the job's own files replaced by
   its role, so LLD's per-link names (``t1.1.2427.native.o``) never enter the key;
-- for any other argument naming an existing file: its content, and the working directory
-  when that path is relative;
+- for any other argument naming an existing file (itself or after any ``=``, as in
+  ``-mllvm=-codegen-data-use-path=FILE``; ``DIR/default.profdata`` for ``-fprofile-use=DIR``
+  and ``default.profdata`` for a bare ``-fprofile-use``): its content, and the working
+  directory when that path is relative;
 - the content of the module, of each module it imports from, of extra and common inputs;
 - the summary index shard, through :func:`shard_digest`.
 
@@ -25,7 +28,9 @@ from ..jobfile import Job, JobFile
 from .digests import Digests
 from .side_outputs import command_side_output_reason, side_output_reason
 
-KEY_FORMAT = 3  # 2: canonical summary shards; 3: entries hold the compiler's diagnostics
+# 2: canonical summary shards; 3: entries hold the compiler's diagnostics; 4: the compiler's
+# program name, files after a second '=' and implied profiles
+KEY_FORMAT = 4
 
 TYPE_CHECKING = False  # collections.abc imports collections: ~1.5 ms of a full hit
 if TYPE_CHECKING:
@@ -90,8 +95,10 @@ class Recipe:
         _arg_parts(job_file, None, self.shared, digests, self.shared_parts, self.shared_files)
         # A job path equal to any of these would give a shared argument a role in that job.
         self.names = {*self.shared, *(a.partition("=")[2] for a in self.shared)}
-        self.head = [f"cached-dist key {KEY_FORMAT}", "", job_file.linker_version or "-",
+        self.head = [f"cached-dist key {KEY_FORMAT}", "", "", job_file.linker_version or "-",
                      "argv"]  # fmt: skip
+        # The name the compiler is run by (design-schema jobs name their own compiler).
+        self.program = program_name(common[0]) if common else None
         # Jobs whose own arguments are LLD's (lld_arguments) skip the scans of them: their
         # side-output reason is the shared arguments' alone, unless those end in a flag
         # whose value is the job's first argument.
@@ -120,6 +127,7 @@ class Recipe:
             raise NotCacheableError(reason)
         parts = list(self.head)
         parts[1] = toolchain
+        parts[2] = self.program if self.program is not None else program_name(job.args[0])
         names = self.names
         if names.isdisjoint(job.inputs) and names.isdisjoint(job.outputs):
             parts += self.shared_parts
@@ -151,6 +159,18 @@ class Recipe:
 LLD_PARTS = ("<module>", "-fthinlto-index=<shard>", "-o", "<output0>")
 
 
+_FLAGGED = ("-", "@")  # what starts an option or a response file: never a plain path to clang
+
+
+def program_name(compiler: str) -> str:
+    """The name ``compiler`` is run by, which clang reads (as its ``argv[0]``) for its driver
+    mode: ``clang-cl`` and ``clang`` are one executable that reads one command line
+    differently (LLVM issue 220379), so the identity, which follows symbolic links, is not
+    enough. Its directory does not matter, and neither does a Windows ``.exe``."""
+    name = compiler.replace("\\", "/").rpartition("/")[2]
+    return name[:-4] if name.lower().endswith(".exe") else name
+
+
 def lld_arguments(job_file: JobFile, job: Job) -> bool:
     """Whether the job's own arguments are the ones LLD writes, ``[module,
     -fthinlto-index=shard, -o, output]``, so that :func:`_arg_parts` would give
@@ -158,8 +178,9 @@ def lld_arguments(job_file: JobFile, job: Job) -> bool:
 
     That holds when no path of the job is spelled like another of these arguments (a role
     is the first path an argument equals, in :func:`role`'s order), and neither the module
-    nor the output looks like a flag. Each condition is a comparison or a scan in C, where
-    the role lookups are loops in Python (~3.4 us a job of 25 imports, a third of the key).
+    nor the output looks like a flag or a response file. Each condition is a comparison or a
+    scan in C, where the role lookups are loops in Python (~3.4 us a job of 25 imports, a
+    third of the key).
     """
     args = job.args
     if len(args) != 4:
@@ -168,7 +189,8 @@ def lld_arguments(job_file: JobFile, job: Job) -> bool:
     shard = job.shard
     outputs = job.outputs
     if (shard is None or module != job.module or dash_o != "-o" or out != outputs[0]
-            or index != "-fthinlto-index=" + shard or module[:1] == "-" or out[:1] == "-"
+            or index != "-fthinlto-index=" + shard or module[:1] in _FLAGGED
+            or out[:1] in _FLAGGED
             or module in (shard, index, out) or shard in (dash_o, out)):  # fmt: skip
         return False
     for paths in (job.imports, job.extra_inputs, job_file.common_inputs):
@@ -182,7 +204,8 @@ def _arg_parts(
     parts: list[str], others: list[str],
 ) -> None:  # fmt: skip
     """Appends each argument (a path of the job's own files as its role) to ``parts``, and
-    each other argument naming an existing file to ``others`` (its content counts)."""
+    each existing file another argument names (:func:`named_files`) to ``others`` (its
+    content counts)."""
     for arg in args:
         flag, eq, value = arg.partition("=")
         if (named := role(job_file, job, arg)) is not None:
@@ -191,6 +214,28 @@ def _arg_parts(
             parts.append(f"{flag}={named}")
         else:
             parts.append(arg)
-            path = value if eq else arg
-            if path and not path.startswith("-") and digests.is_file(path):
-                others.append(path)
+            others += [path for path in named_files(arg) if digests.is_file(path)]
+
+
+#: Options that read ``default.profdata`` from the working directory (clang's driver).
+_DEFAULT_PROFILE = ("-fprofile-use", "-fprofile-instr-use")
+
+
+def named_files(arg: str) -> list[str]:
+    """The paths an argument may name a file by: itself, what follows each ``=`` (the value
+    of ``-mllvm=-codegen-data-use-path=FILE`` is an option whose value is the file), and the
+    profile clang's driver reads for ``-fprofile-use`` (``default.profdata``, or
+    ``DIR/default.profdata`` for a directory). Those starting with ``-`` are options."""
+    found = [] if arg[:1] == "-" else [arg]
+    rest = arg
+    while "=" in rest:
+        rest = rest.partition("=")[2]
+        if rest and rest[:1] != "-":
+            found.append(rest)
+    if arg in _DEFAULT_PROFILE:
+        found.append("default.profdata")
+    elif arg.startswith("-fprofile-use="):
+        directory = arg.partition("=")[2]
+        if directory and os.path.isdir(directory):
+            found.append(os.path.join(directory, "default.profdata"))
+    return found

@@ -538,11 +538,24 @@ def _worth_asking(todo: list[Task]) -> bool:
 
 
 def per_link_member(path: str) -> bool:
-    """Whether ``path`` is LLD's name for a regular archive member, new in every link
-    (``libx.a(t2.o at 106).2.244C.o``: offset, ordinal, linker pid in hex)."""
+    """Whether ``path`` is LLD's name for a regular archive member, new in every link: the
+    member's module name, then ``.ORDINAL.PID.o`` (the linker's pid in hex). ld.lld's
+    module name is ``libx.a(t2.o at 106)``; lld-link's runs the archive, member and offset
+    together (``libb.libb.obj3016``): LLD writes either without a directory."""
     head, paren, tail = path.rpartition(")")
-    member = bool(paren) and " at " in head and "(" in head
-    return member and tail.endswith(".o") and tail.count(".") == 3
+    if paren:
+        member = " at " in head and "(" in head
+        return member and tail.endswith(".o") and tail.count(".") == 3
+    if path[-2:] != ".o" or "/" in path or "\\" in path:
+        return False
+    parts = path[:-2].rsplit(".", 2)  # lld-link's: ["libb.libb.obj3016", "2", "18AC"]
+    if len(parts) != 3:
+        return False
+    module, ordinal, pid = parts
+    return module[-1:].isdigit() and ordinal.isdigit() and pid != "" and not pid.strip(_HEX)
+
+
+_HEX = "0123456789ABCDEF"
 
 
 def _memo_key(data: bytes, job: Job, digests: Digests) -> str:

@@ -5,8 +5,9 @@ written to, and a hit restores only the outputs the job file lists. Options that
 rule (split DWARF records the ``.dwo`` name derived from ``-o``, which carries the link's
 PID; ``-save-temps``, ``-ftime-trace``, optimization records, coverage notes, stack usage,
 statistics and dependency files are written beside it) make a job uncacheable: it is always
-compiled, with the reason in ``--verbose`` and the ``jobs_not_cacheable`` counter. The list
-is in docs/keys.md; a miss is always allowed, a wrong hit never.
+compiled, with the reason in ``--verbose`` and the ``jobs_not_cacheable`` counter. So does a
+response file (``@FILE``): clang reads options from it that neither this check nor the key
+sees. The list is in docs/keys.md; a miss is always allowed, a wrong hit never.
 """
 
 # A flag alone, or with "=VALUE" attached.
@@ -61,6 +62,9 @@ def side_output_reason(args: list[str] | tuple[str, ...]) -> str | None:
     for arg in args:
         if arg == "-Xclang":
             continue  # "-Xclang -mllvm -Xclang NAME": the option is two words further on
+        if arg[:1] == "@":
+            return f"a response file holds options the key cannot see ({arg})"
+        arg = arg.removeprefix("-Xclang=")  # "-Xclang=-save-stats": the option it passes
         flag = arg.split("=", 1)[0]
         reason = _FLAGS.get(flag)
         if reason is not None:

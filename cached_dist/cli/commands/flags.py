@@ -1,4 +1,5 @@
-"""usage: cached-dist flags [--server] [--libtool] [--cc COMPILER]... [OPTIONS] [-- INNER [ARGS...]]
+"""usage: cached-dist flags [--server] [--libtool | --lld-link] [--cc COMPILER]... [OPTIONS]
+                         [-- INNER [ARGS...]]
        cached-dist flags --launcher[=cmake] [--base-dir DIR] [--prefix-map[=NAME]]
 
 Prints, as one line of shell words, the compiler-driver flags that link through cached-dist:
@@ -8,14 +9,19 @@ Prints, as one line of shell words, the compiler-driver flags that link through 
 so that LDFLAGS="$(cached-dist flags)" works (and CMAKE_EXE_LINKER_FLAGS, c_link_args).
 With --libtool, the same as linker flags (-Wl,--thinlto-distributor=... and the jobs'
 compiler), which libtool passes to every link, shared libraries' included (autotools).
+With --lld-link, lld-link's own flags for a Windows-style build (clang-cl or clang with
+lld-link, which clang's driver does not pass a distributor to): /thinlto-distributor:...,
+/thinlto-remote-compiler: naming the clang beside the compiler, /thinlto-distributor-arg:...
+for each option word (CMAKE_EXE_LINKER_FLAGS with CMAKE_LINKER=lld-link; clang-cl's /link).
 With --server, the distributor is the warm server's client, which runs cached-dist itself
 whenever `cached-dist serve` cannot serve a link (see `cached-dist serve --help`).
 OPTIONS are cached-dist options, checked now and passed to every link (relative paths made
 absolute); the environment and config file are read at link time instead.
 
 It first checks that the compiler the build links with can do DTLTO (clang 21 or later with
-lld): each --cc COMPILER, else $CC (default: clang) and $CXX when set. If it cannot: one
-error line, exit status 2.
+lld; with --lld-link, a clang or clang-cl and an lld-link 21 or later beside it or on PATH):
+each --cc COMPILER, else $CC (default: clang) and $CXX when set. If it cannot: one error
+line, exit status 2.
 
 With --launcher, it prints instead the compiler launcher's command (cached-dist-cc), which
 rewrites absolute paths under the base directory relative to the compiler's working
@@ -45,14 +51,23 @@ def main(args: list[str]) -> int:
         rest.remove(form)
         print(command_line(rest, form.partition("=")[2], os.environ))
         return 0
-    server, libtool = "--server" in own, "--libtool" in own
-    args = [a for a in own if a not in ("--server", "--libtool")] + args[len(own) :]
+    server, libtool, lld_link = "--server" in own, "--libtool" in own, "--lld-link" in own
+    if libtool and lld_link:
+        raise UsageError("--libtool and --lld-link cannot be combined (libtool drives "
+                         "clang's driver, not lld-link)")  # fmt: skip
+    args = [a for a in own if a not in MODES] + args[len(own) :]
     compilers, words = _take_cc(args)
     options, inner = _split_inner(words)
     # Everything a link would check, now, at configure time, not in every link: the options
     # baked in, and the environment and config file the links will read as well.
     resolve(options, inner, os.environ, "flags")
     distributor = distributor_path()
+    if lld_link:
+        backend = [driver.check_lld_link(words, os.environ)
+                   for words in driver.drivers(compilers, os.environ)]  # fmt: skip
+        flags = lld_link_flags(distributor, options, inner, backend[0], server)
+        print(" ".join(shlex.quote(flag) for flag in flags))
+        return 0
     backend = [driver.check(words, distributor, os.environ)
                for words in driver.drivers(compilers, os.environ)]  # fmt: skip
     flags = link_flags(distributor, options, inner)
@@ -62,6 +77,25 @@ def main(args: list[str]) -> int:
         flags = through_linker(flags, backend[0])
     print(" ".join(shlex.quote(flag) for flag in flags))
     return 0
+
+
+MODES = ("--server", "--libtool", "--lld-link")
+
+
+def lld_link_flags(
+    distributor: str, options: list[str], inner: list[str], compiler: str, server: bool
+) -> list[str]:
+    """lld-link's flags: the distributor (the server's client, cached-dist its first word,
+    with ``server``), the backend compiler, and one ``/thinlto-distributor-arg:`` per word,
+    which lld-link passes as it is (no comma splitting, unlike clang's driver)."""
+    words = [*_absolute_paths(options), *(["--", *inner] if inner else [])]
+    if server:
+        from ...serve import require_client
+
+        words = [distributor, *words]
+        distributor = require_client()
+    return [f"/thinlto-distributor:{distributor}", f"/thinlto-remote-compiler:{compiler}",
+            *(f"/thinlto-distributor-arg:{word}" for word in words)]  # fmt: skip
 
 
 def through_linker(flags: list[str], compiler: str) -> list[str]:

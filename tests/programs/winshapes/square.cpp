@@ -1,0 +1,3 @@
+#include "shapes.hpp"
+
+int Square::area() const { return scaled(side, side); }
