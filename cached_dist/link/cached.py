@@ -411,10 +411,10 @@ def run_cached(
         return run_plain(job_file, options, log)
     writes = LinkWrites(store)
     tiers = None
-    if options.remote_storage:
+    if options.remote_storage or options.remote_executor:
         from .tiers import Tiers
 
-        tiers = Tiers(options, log, store, writes.promote)
+        tiers = Tiers(options, log, store, writes.promote, job_file)
     helper = early.worker if early is not None else None
     link = CachedLink(job_file, options, log, store, writes, tiers, handoff, helper)
     shard_keys = ShardKeys(writes, options.jobs, tiers, early, hold=handoff is not None)
