@@ -141,8 +141,11 @@ class ReapiRunner:
                                         "the working directory"))  # fmt: skip
                 continue
             root = _tree(zip(spec["inputs"], (sha[k] for k in keys), strict=True), cwd, blobs)
-            properties = sorted({*host_platform(), ("toolchain", spec["identity"]),
-                                 *self.options.remote_exec_property})  # fmt: skip
+            # A --remote-exec-property of the same name replaces a built-in one (a farm may
+            # spell OSFamily "Linux"); the toolchain identity is always the key's.
+            named = {**dict(host_platform()), **dict(self.options.remote_exec_property),
+                     "toolchain": spec["identity"]}  # fmt: skip
+            properties = sorted(named.items())
             plat = re.Platform(properties=[re.Platform.Property(name=n, value=v)
                                            for n, v in properties])  # fmt: skip
             command = re.Command(arguments=spec["argv"], working_directory=cwd,
