@@ -160,10 +160,11 @@ def test_exec_timeout_falls_back(tmp_path: Path) -> None:
 
 
 class _DroppingProxy:
-    """A gRPC proxy in the test process in front of casd that drops every Execute stream
-    after its first message (as a load balancer restarting would); the rest it forwards."""
+    """A gRPC proxy in the test process in front of casd that forwards every call but
+    Execute, which it (``mode``) drops after its first message (as a load balancer restarting
+    would), holds without an answer, or answers at once with a failed operation."""
 
-    def __init__(self, sock: str, target: str) -> None:
+    def __init__(self, sock: str, target: str, mode: str = "drop") -> None:
         import grpc
 
         channel = grpc.insecure_channel(target)
@@ -187,6 +188,18 @@ class _DroppingProxy:
             call: grpc.UnaryStreamMultiCallable[bytes, bytes] = channel.unary_stream(method)
 
             def handle(request: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
+                if method.endswith("/Execute") and mode == "hold":
+                    while context.is_active():
+                        time.sleep(0.05)
+                    return
+                if method.endswith("/Execute") and mode == "fail":
+                    from google.longrunning import operations_pb2
+
+                    failed = operations_pb2.Operation(name="op-1", done=True)
+                    failed.error.code = 13
+                    failed.error.message = "the worker was lost"
+                    yield failed.SerializeToString()
+                    return
                 for message in call(request, metadata=context.invocation_metadata()):
                     yield message
                     if method.endswith("/Execute"):
@@ -223,4 +236,29 @@ def test_a_dropped_stream_is_resumed_with_wait_execution(tmp_path: Path, casd: C
     assert jobs >= 2 and f"{jobs} compiled ({jobs} remotely)" in done.stderr, done.stderr
     assert proxy.dropped == jobs and proxy.waited == jobs
     assert len(re.findall(r"dropped \(UNAVAILABLE\); resuming it", done.stderr)) == jobs
+    assert (project.dir / "app").read_bytes() == uncached(project)
+
+
+@pytest.mark.parametrize(
+    ("mode", "warning"),
+    [("hold", "not finished on REAPI within --remote-exec-timeout 1 s"),
+     ("fail", "REAPI execution failed: the worker was lost")],
+)  # fmt: skip
+def test_unfinished_and_failed_executions_compile_here(
+    tmp_path: Path,
+    casd: Casd,  # noqa: F811
+    mode: str,
+    warning: str,
+) -> None:
+    sock = str(tmp_path / "proxy.sock")
+    proxy = _DroppingProxy(sock, casd.url, mode)
+    try:
+        project = build("calc", tmp_path / "a")
+        done = link(project, f"unix:{sock}", tmp_path / "cache", "--remote-exec-timeout=1",
+                    salt=salted())  # fmt: skip
+    finally:
+        proxy.stop()
+    found = warnings(done.stderr)
+    assert f"cached-dist: warning: {warning}; compiling 5 of 5 jobs locally" in found, found
+    assert "5 jobs: 0 hits, 0 compiled, 5 fallback" in done.stderr
     assert (project.dir / "app").read_bytes() == uncached(project)

@@ -1,6 +1,8 @@
 """The REAPI cache tier against a real buildbox-casd: machines share results through its
 ActionCache and CAS, each entry a real Action, and every fault costs at most a warning."""
 
+from __future__ import annotations
+
 import os
 import re
 import subprocess

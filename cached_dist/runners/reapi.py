@@ -49,6 +49,7 @@ STREAMS = 64
 #: Times a dropped Execute stream is resumed with WaitExecution before the job falls back.
 RESUMES = 3
 _TAIL_LINES = 3
+_GRACE = 5.0  # seconds a stream outlives the batch's deadline (see ReapiRunner._one)
 
 
 class ReapiRunner:
@@ -221,7 +222,7 @@ class ReapiRunner:
     ) -> Result:  # fmt: skip
         """Executes one Action to its end (resuming a dropped stream) and writes its outputs."""
         import grpc
-        from google.rpc import code_pb2  # type: ignore[import-untyped]
+        from google.rpc import code_pb2
 
         from store.remote.reapi_pb import remote_execution_pb2 as re
 
@@ -232,6 +233,9 @@ class ReapiRunner:
             left = deadline - time.monotonic()
             if left <= 0 or stop.is_set():
                 return Result(job, 0.0, "REAPI: out of time")
+            # The batch's deadline is the runner's (_execute); the stream's, a little later,
+            # only frees this thread.
+            left += _GRACE
             stream = (client.wait_execution(name, timeout=left) if name
                       else client.execute(digest, skip_cache=False, timeout=left))  # fmt: skip
             try:

@@ -32,6 +32,7 @@ grpc is imported only when a REAPI URL is opened.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -69,7 +70,6 @@ _CAS = "/build.bazel.remote.execution.v2.ContentAddressableStorage/"
 _EXEC = "/build.bazel.remote.execution.v2.Execution/"
 _CAPS = "/build.bazel.remote.execution.v2.Capabilities/GetCapabilities"
 _BYTESTREAM = "/google.bytestream.ByteStream/"
-_VERSION = "0.1.0"
 
 
 def canonical_name(role: str) -> str:
@@ -133,7 +133,7 @@ class Client:
         self.round_trips = 0
         self._secrets = [value for _, value in headers if value]
         details = re.RequestMetadata(
-            tool_details=re.ToolDetails(tool_name="cached-dist", tool_version=_VERSION),
+            tool_details=re.ToolDetails(tool_name="cached-dist", tool_version=_version()),
             tool_invocation_id=uuid.uuid4().hex,
         )
         self.metadata: tuple[tuple[str, str | bytes], ...] = (
@@ -278,8 +278,9 @@ class Client:
                 caps.cancel()
             raise error
         self._done()
-        if caps is not None:
-            self.capabilities(caps)
+        if caps is not None:  # lookups need none: on failure, the first upload asks again
+            with contextlib.suppress(RemoteError):
+                self.capabilities(caps)
         return found
 
     def update_action_results(self, items: Sequence[tuple[re.Digest, re.ActionResult]]) -> None:
@@ -454,7 +455,7 @@ class Client:
 
 
 def _operation_from_string(data: bytes) -> object:
-    from google.longrunning import operations_pb2  # type: ignore[import-untyped]
+    from google.longrunning import operations_pb2
 
     operation: object = operations_pb2.Operation.FromString(data)
     return operation
@@ -468,6 +469,16 @@ def _unary(
 
 
 _CODES = {c.value[0]: c.name for c in grpc.StatusCode}
+
+
+def _version() -> str:
+    """cached-dist's version, for the servers' logs (RequestMetadata.tool_details)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("cached-dist")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 def _code_name(code: int) -> str:
