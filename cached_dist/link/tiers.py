@@ -138,8 +138,10 @@ class Tiers:
         self.remotes = [Remote(url, options.remote_header) for url in self._urls]
         #: For REAPI remotes: what each key stands for (an Action), and where they run.
         self.job_file = job_file
+        from .. import __version__
+
         self._reapi = {"instance_name": options.remote_instance_name,
-                       "headers": options.remote_header}  # fmt: skip
+                       "headers": options.remote_header, "tool_version": __version__}  # fmt: skip
         self._keyed: dict[str, Keyed] = {}
         self.read_only_remotes: set[int] = set()  # REAPI servers that refuse AC updates
         self.read_only = options.remote_read_only

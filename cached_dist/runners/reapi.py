@@ -26,6 +26,7 @@ import queue
 import threading
 import time
 
+from .. import __version__
 from . import Result
 from .shipment import plan
 
@@ -94,7 +95,7 @@ class ReapiRunner:
             client = Client(self.url, connect_timeout=options.remote_connect_timeout,
                             timeout=options.remote_timeout,
                             instance_name=options.remote_instance_name,
-                            headers=options.remote_header)  # fmt: skip
+                            headers=options.remote_header, tool_version=__version__)  # fmt: skip
             actions = self._actions(job_file, jobs, report_once, client)
             if actions:
                 self._execute(client, actions, deadline, report_once)

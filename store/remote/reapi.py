@@ -43,7 +43,6 @@ import uuid
 import grpc
 
 from . import RemoteError
-from .reapi_pb import bytestream_pb2 as bs
 from .reapi_pb import remote_execution_pb2 as re
 
 TYPE_CHECKING = False
@@ -124,7 +123,7 @@ class Client:
 
     def __init__(
         self, url: str, *, connect_timeout: float, timeout: float, instance_name: str = "",
-        headers: Sequence[tuple[str, str]] = (),
+        headers: Sequence[tuple[str, str]] = (), tool_version: str = "",
     ) -> None:  # fmt: skip
         self.url = url
         self.instance = instance_name
@@ -133,7 +132,7 @@ class Client:
         self.round_trips = 0
         self._secrets = [value for _, value in headers if value]
         details = re.RequestMetadata(
-            tool_details=re.ToolDetails(tool_name="cached-dist", tool_version=_version()),
+            tool_details=re.ToolDetails(tool_name="cached-dist", tool_version=tool_version),
             tool_invocation_id=uuid.uuid4().hex,
         )
         self.metadata: tuple[tuple[str, str | bytes], ...] = (
@@ -164,12 +163,6 @@ class Client:
         self._batch_read = _unary(ch, _CAS + "BatchReadBlobs", re.BatchReadBlobsRequest,
                                   re.BatchReadBlobsResponse)  # fmt: skip
         self._capabilities = _unary(ch, _CAPS, re.GetCapabilitiesRequest, re.ServerCapabilities)
-        self._read = ch.unary_stream(_BYTESTREAM + "Read",
-                                     request_serializer=bs.ReadRequest.SerializeToString,
-                                     response_deserializer=bs.ReadResponse.FromString)  # fmt: skip
-        self._write = ch.stream_unary(
-            _BYTESTREAM + "Write", request_serializer=bs.WriteRequest.SerializeToString,
-            response_deserializer=bs.WriteResponse.FromString)  # fmt: skip
         self._execute = ch.unary_stream(_EXEC + "Execute",
                                         request_serializer=re.ExecuteRequest.SerializeToString,
                                         response_deserializer=_operation_from_string)  # fmt: skip
@@ -355,11 +348,16 @@ class Client:
 
     def read_stream(self, d: re.Digest) -> bytes | None:
         """A blob by ByteStream Read (above the batch limit); None if the CAS lacks it."""
+        from .reapi_pb import bytestream_pb2 as bs  # only for large blobs: ~10 ms to load
+
+        read = self.channel.unary_stream(
+            _BYTESTREAM + "Read", request_serializer=bs.ReadRequest.SerializeToString,
+            response_deserializer=bs.ReadResponse.FromString)  # fmt: skip
         name = f"{self.instance}/blobs/{d.hash}/{d.size_bytes}".lstrip("/")
         parts = []
         try:
-            for chunk in self._read(bs.ReadRequest(resource_name=name),
-                                    timeout=self.deadline(), metadata=self.metadata):  # fmt: skip
+            for chunk in read(bs.ReadRequest(resource_name=name), timeout=self.deadline(),
+                              metadata=self.metadata):  # fmt: skip
                 parts.append(chunk.data)
         except grpc.RpcError as e:
             if isinstance(e, grpc.Call) and e.code() == grpc.StatusCode.NOT_FOUND:
@@ -419,6 +417,11 @@ class Client:
         return sent
 
     def write_stream(self, d: re.Digest, data: bytes) -> None:
+        from .reapi_pb import bytestream_pb2 as bs
+
+        write = self.channel.stream_unary(
+            _BYTESTREAM + "Write", request_serializer=bs.WriteRequest.SerializeToString,
+            response_deserializer=bs.WriteResponse.FromString)  # fmt: skip
         name = f"{self.instance}/uploads/{uuid.uuid4()}/blobs/{d.hash}/{d.size_bytes}".lstrip("/")
         step = 1 << 20
 
@@ -430,7 +433,7 @@ class Client:
                                       data=data[offset : offset + step])  # fmt: skip
 
         try:
-            self._write(chunks(), timeout=self.deadline(), metadata=self.metadata)
+            write(chunks(), timeout=self.deadline(), metadata=self.metadata)
         except grpc.RpcError as e:
             raise self.error(e, "ByteStream Write") from None
 
@@ -471,16 +474,6 @@ def _unary(
 _CODES = {c.value[0]: c.name for c in grpc.StatusCode}
 
 
-def _version() -> str:
-    """cached-dist's version, for the servers' logs (RequestMetadata.tool_details)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("cached-dist")
-    except PackageNotFoundError:
-        return "unknown"
-
-
 def _code_name(code: int) -> str:
     return _CODES.get(code, f"code {code}")
 
@@ -511,11 +504,12 @@ class ReapiStorage:
 
     def __init__(
         self, url: str, *, connect_timeout: float, timeout: float, instance_name: str = "",
-        headers: Sequence[tuple[str, str]] = (),
+        headers: Sequence[tuple[str, str]] = (), tool_version: str = "",
     ) -> None:  # fmt: skip
         self.url = url
         self.client = Client(url, connect_timeout=connect_timeout, timeout=timeout,
-                             instance_name=instance_name, headers=headers)  # fmt: skip
+                             instance_name=instance_name, headers=headers,
+                             tool_version=tool_version)  # fmt: skip
         #: key -> (Action digest, the Action's own blobs, output names): see describe().
         self._actions: dict[str, tuple[re.Digest, dict[str, bytes], list[str]]] = {}
         self.notice = ""  # said once by the caller: why this tier is read-only
