@@ -2,11 +2,12 @@
 #   make demo   a ThinLTO link through cached-dist with the default cache and runner
 #   make demo-dask  the same link compiled on a local Dask cluster (scheduler, workers)
 #   make demo-serve the same link through the warm server (cached-dist serve)
+#   make demo-reapi the same link executed on a REAPI server (buildbox-casd), then served by it
 #   make test   ruff, mypy --strict and the pytest suite (what .ci/run runs)
 #   make soak   300 kill trials of concurrent links (tests/test_kill_trials.py)
 export PATH := $(CURDIR)/.venv/bin:/usr/lib/llvm-22/bin:$(PATH)
 
-.PHONY: setup demo demo-remote demo-dask demo-serve test lint bench sanitize fuzz soak
+.PHONY: setup demo demo-remote demo-dask demo-serve demo-reapi test lint bench sanitize fuzz soak
 
 setup:
 	scripts/setup
@@ -24,6 +25,12 @@ demo-remote:
 demo-dask:
 	scripts/setup demo-dask
 	scripts/demo-dask
+
+# buildbox-casd on a Unix socket: machine A executes every backend job on it, machine B links
+# everything from its ActionCache and CAS (docs/guide.md, "REAPI").
+demo-reapi:
+	scripts/setup demo-reapi
+	scripts/demo-reapi
 
 # The warm server: a full hit served without starting Python (docs/guide.md).
 demo-serve:

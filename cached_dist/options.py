@@ -136,6 +136,40 @@ def _remote_urls(text: str) -> tuple[str, ...]:
     return tuple(check_url(url) for url in text.split())
 
 
+def _reapi_url(text: str) -> str:
+    """A REAPI server's URL (grpc://, grpcs://, unix:); never echoed whole."""
+    from store.remote import REAPI_SCHEMES, check_url, redact, scheme
+
+    url = check_url(text.strip())
+    if scheme(url) not in REAPI_SCHEMES:
+        raise ValueError(f"not a REAPI URL: {redact(url)!r} (grpc://HOST:PORT, "
+                         "grpcs://HOST:PORT or unix:PATH)")  # fmt: skip
+    return url
+
+
+def _pairs(what: str) -> Callable[[str], tuple[tuple[str, str], ...]]:
+    """A parser of NAME=VALUE pairs, one a line (a flag given again adds more); a message
+    never shows a value (headers carry API keys)."""
+
+    def parse(text: str) -> tuple[tuple[str, str], ...]:
+        pairs = []
+        for line in text.splitlines() or [""]:
+            name, eq, value = line.partition("=")
+            name = name.strip()
+            if not eq or not name:
+                raise ValueError(f"expected {what}NAME=VALUE")
+            if what and any(c not in _HEADER_CHARS for c in name.lower()):
+                raise ValueError(f"header name {name!r}: letters, digits, '-', '_' or '.' only")
+            pairs.append((name.lower() if what else name, value))
+        return tuple(pairs)
+
+    return parse
+
+
+_HEADER_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789-_.")
+#: Options a flag given again adds to, rather than replaces.
+REPEATABLE = ("remote-header", "remote-exec-property")
+
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
@@ -229,7 +263,20 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "before it exits; 0: no resident client (default: 600)", idle_seconds,
                "SECONDS"),
     OptionSpec("remote-storage", "remote cache tier(s) after the local one: redis://, rediss://, "
-               "http://, https:// URLs, space-separated", _remote_urls, "URL"),
+               "http://, https://, grpc://, grpcs://, unix: (REAPI) URLs, space-separated",
+               _remote_urls, "URL"),
+    # REAPI (store/remote/reapi.py, cached_dist/runners/reapi.py)
+    OptionSpec("remote-instance-name", "instance name on REAPI servers (default: none)", str,
+               "NAME"),
+    OptionSpec("remote-header", "a header sent to REAPI servers, e.g. an API key; repeatable "
+               "(one a line in the variable)", _pairs("header "), "NAME=VALUE"),
+    OptionSpec("remote-executor", "compile misses on the REAPI server at URL (grpc://, grpcs://, "
+               "unix:); without --remote-storage it is also the remote cache tier (needs "
+               "cached-dist[reapi])", _reapi_url, "URL"),
+    OptionSpec("remote-exec-property", "a platform property of executed actions, e.g. "
+               "container-image=docker://...; repeatable", _pairs(""), "KEY=VALUE"),
+    OptionSpec("remote-exec-timeout", "longest wait for a link's jobs on the REAPI executor; "
+               "the rest compile here (default: 900)", _seconds, "SECONDS"),
     OptionSpec("remote-read-only", "read the remote tier but never write to it (nor claim)"),
     OptionSpec("remote-connect-timeout", "seconds to connect to a remote (default: 0.1)",
                _seconds, "SECONDS"),
@@ -268,6 +315,11 @@ class Options:
         remote_read_only: bool = False,
         remote_connect_timeout: float = 0.1,
         remote_timeout: float = 2.0,
+        remote_instance_name: str = "",
+        remote_header: tuple[tuple[str, str], ...] = (),  # (name, value): never printed
+        remote_executor: str = "",  # "": no REAPI runner
+        remote_exec_property: tuple[tuple[str, str], ...] = (),
+        remote_exec_timeout: float = DEFAULT_DASK_TIMEOUT,
         config: str = "",
         stats_log: str = "",  # "": no per-link log
         dask_scheduler: str = "",  # "": no Dask runner
@@ -292,6 +344,11 @@ class Options:
         self.remote_read_only = remote_read_only
         self.remote_connect_timeout = remote_connect_timeout
         self.remote_timeout = remote_timeout
+        self.remote_instance_name = remote_instance_name
+        self.remote_header = remote_header
+        self.remote_executor = remote_executor
+        self.remote_exec_property = remote_exec_property
+        self.remote_exec_timeout = remote_exec_timeout
         self.config = config
         self.stats_log = stats_log
         self.dask_scheduler = dask_scheduler
@@ -332,9 +389,12 @@ def parse_flags(args: Sequence[str], command: str = "") -> dict[str, Any]:
                     raise UsageError(f"option {spec.flag} needs a value ({spec.metavar})")
                 attached = args[i]
             try:
-                values[spec.dest] = spec.convert(attached)
+                value = spec.convert(attached)
             except ValueError as e:
                 raise UsageError(f"option {spec.flag}: {e}") from None
+            values[spec.dest] = (
+                values.get(spec.dest, ()) + value if spec.name in REPEATABLE else value
+            )
         i += 1
     return values
 
@@ -405,6 +465,10 @@ def _config_value(spec: OptionSpec, value: object) -> Any:
         if not all(isinstance(v, str) for v in value):
             raise ValueError("expected a list of URLs")
         value = " ".join(value)
+    if spec.name in REPEATABLE and isinstance(value, list):
+        if not all(isinstance(v, str) for v in value):
+            raise ValueError("expected a list of NAME=VALUE strings")
+        value = "\n".join(value)
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         raise ValueError(f"expected a string or number, got {value!r}")
     return spec.convert(str(value))
@@ -427,6 +491,9 @@ def resolve(
     options = Options(**merged)
     if options.inner and options.dask_scheduler:
         raise UsageError("--dask-scheduler and an inner distributor cannot be used together")
+    if options.remote_executor and (options.inner or options.dask_scheduler):
+        other = "--dask-scheduler" if options.dask_scheduler else "an inner distributor"
+        raise UsageError(f"--remote-executor and {other} cannot be used together")
     if not options.cache_dir:
         options.cache_dir = default_cache_dir(environ)
     if options.quiet:

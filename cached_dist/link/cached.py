@@ -18,6 +18,7 @@ result and each released claim; everything remote is contained there.
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 from ..keys.compute import Keyed, compute_keys
@@ -223,8 +224,12 @@ class CachedLink:
             if claim is not None:
                 claim.release()
             self.note_source(k.job)
-            self.summary.compiled += 1
-            self.summary.compiled_remotely += result.remote
+            if result.cached:  # the runner's own cache had it (REAPI's cached_result)
+                self.summary.hits += 1
+                self.summary.remote_hits += 1
+            else:
+                self.summary.compiled += 1
+                self.summary.compiled_remotely += result.remote
             self.progress.update()
 
         try:
@@ -411,10 +416,10 @@ def run_cached(
         return run_plain(job_file, options, log)
     writes = LinkWrites(store)
     tiers = None
-    if options.remote_storage:
+    if options.remote_storage or options.remote_executor:
         from .tiers import Tiers
 
-        tiers = Tiers(options, log, store, writes.promote)
+        tiers = Tiers(options, log, store, writes.promote, job_file)
     helper = early.worker if early is not None else None
     link = CachedLink(job_file, options, log, store, writes, tiers, handoff, helper)
     shard_keys = ShardKeys(writes, options.jobs, tiers, early, hold=handoff is not None)
@@ -453,6 +458,11 @@ def run_cached(
                 pass
         remote = tiers.finish() if tiers is not None else {}
         link.count_sources()
+        if options.remote_executor and "cached_dist.runners.reapi" in sys.modules:
+            from ..runners.reapi import COUNTERS
+
+            remote = {**remote, **COUNTERS}
+            COUNTERS.update(dict.fromkeys(COUNTERS, 0))  # a warm server's next link: afresh
         counters = {
             "shards_decoded": shard_keys.decoded,
             "shards_memoized": shard_keys.memoized,

@@ -84,7 +84,8 @@ def _run_with_fallback(
             raise
         reported = {r.job.index for r in failed}
         failed += [Result(j, 0.0, str(e)) for j in jobs if j.index not in reported]
-    if failed and (options.inner or options.dask_scheduler) and not options.no_fallback:
+    remote = options.inner or options.dask_scheduler or options.remote_executor
+    if failed and remote and not options.no_fallback:
         log.warn(f"{failed[0].failure}; compiling {len(failed)} of {len(jobs)} jobs locally")
         retry = [r.job for r in failed]
         failed = []

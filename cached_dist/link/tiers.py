@@ -17,6 +17,11 @@ claims are renewed by a small thread and released with the upload of their value
 
 A remote never fails a link: its first error or timeout marks it failed for the rest of the
 link, with one warning, counted as ``remote_errors``.
+
+A REAPI remote (grpc://, grpcs://, unix:; store/remote/reapi.py) stores each key as an Action
+describing the job's compile: before a batch, it is told what each key stands for
+(``_describe``). With ``--remote-executor`` and no ``--remote-storage``, the executor's own
+cache is the remote tier.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ if TYPE_CHECKING:
     from store import Store
     from store.tier import ClaimingTier, Tier
 
+    from ..jobfile import JobFile
     from ..keys.compute import Keyed
     from ..log import Log
     from ..options import Options
@@ -49,6 +55,9 @@ _RENEW_EVERY = LEASE_MS / 3000
 UPLOAD_BOUND = 30.0
 #: How long the uploader waits for more results before a round trip (uploads batch up).
 _GATHER = 0.02
+#: What a REAPI remote tier adds to the link's counters (docs/reference.md, stats).
+REAPI_COUNTERS = ("reapi_hits", "reapi_misses", "reapi_uploads", "reapi_bytes_downloaded",
+                  "reapi_bytes_uploaded", "reapi_wrong_key", "reapi_corrupt")  # fmt: skip
 
 
 _MEMO = b"CDM1"  # a remote memo value: this, then the remembered text (a shard digest)
@@ -83,19 +92,24 @@ def output_roles(k: Keyed) -> dict[str, str]:
 class Remote:
     """One configured remote, opened on first use; ``failed`` once it erred in this link."""
 
-    __slots__ = ("_secret", "backend", "failed", "url")
+    __slots__ = ("_headers", "_secret", "backend", "failed", "reapi", "url")
 
-    def __init__(self, url: str) -> None:
-        from store.remote import redact
+    def __init__(self, url: str, headers: Sequence[tuple[str, str]] = ()) -> None:
+        from store.remote import REAPI_SCHEMES, redact, scheme
 
         self.url = redact(url)
         self.backend: Tier | None = None
         self.failed = False
         self._secret = _password(url)
+        self.reapi = scheme(url) in REAPI_SCHEMES
+        self._headers = [value for _, value in headers if value] if self.reapi else []
 
     def hide(self, text: str) -> str:
-        """``text`` without this remote's password (for messages about unexpected errors)."""
-        return text.replace(self._secret, "***") if self._secret else text
+        """``text`` without this remote's password or header values (for messages about
+        unexpected errors)."""
+        for secret in (self._secret, *self._headers):
+            text = text.replace(secret, "***") if secret else text
+        return text
 
 
 def _password(url: str) -> str:
@@ -115,12 +129,21 @@ class Tiers:
 
     def __init__(
         self, options: Options, log: Log, store: Store,
-        promote: Callable[[list[tuple[str, bytes]]], None],
+        promote: Callable[[list[tuple[str, bytes]]], None], job_file: JobFile | None = None,
     ) -> None:  # fmt: skip
         #: Where verified remote hits go to reach the local store (link/writes.py).
         self.promote = promote
-        self._urls = list(options.remote_storage)
-        self.remotes = [Remote(url) for url in self._urls]
+        executor = (options.remote_executor,) if options.remote_executor else ()
+        self._urls = list(options.remote_storage or executor)  # REAPI: as Bazel does
+        self.remotes = [Remote(url, options.remote_header) for url in self._urls]
+        #: For REAPI remotes: what each key stands for (an Action), and where they run.
+        self.job_file = job_file
+        from .. import __version__
+
+        self._reapi = {"instance_name": options.remote_instance_name,
+                       "headers": options.remote_header, "tool_version": __version__}  # fmt: skip
+        self._keyed: dict[str, Keyed] = {}
+        self.read_only_remotes: set[int] = set()  # REAPI servers that refuse AC updates
         self.read_only = options.remote_read_only
         self.connect_timeout = options.remote_connect_timeout
         self.timeout = options.remote_timeout
@@ -133,6 +156,8 @@ class Tiers:
              "remote_bytes_uploaded", "remote_round_trips", "remote_memo_hits",
              "remote_memo_uploads"), 0,
         )  # fmt: skip
+        if any(remote.reapi for remote in self.remotes):
+            self.counters.update(dict.fromkeys(REAPI_COUNTERS, 0))
         self._held: dict[str, int] = {}  # key -> index of the remote holding our claim on it
         #: Keys whose remote value this link could not use (damaged, another key's, another
         #: format's): claimed regardless.
@@ -158,8 +183,9 @@ class Tiers:
 
                 try:
                     remote.backend = open_remote(
-                        self._urls[i], connect_timeout=self.connect_timeout, timeout=self.timeout
-                    )
+                        self._urls[i], connect_timeout=self.connect_timeout, timeout=self.timeout,
+                        **(self._reapi if remote.reapi else {}),
+                    )  # fmt: skip
                 except Exception as e:  # a remote problem never fails the link
                     self._fail(remote, _describe(e, remote))
                     return None
@@ -209,6 +235,8 @@ class Tiers:
                 continue
             started = time.monotonic()
             try:
+                if remote.reapi:
+                    self._describe(backend, todo)
                 values = backend.get_many([k.key for k in todo])  # type: ignore[misc]
             except Exception as e:  # a remote problem never fails the link
                 self._fail(remote, _describe(e, remote))
@@ -233,12 +261,17 @@ class Tiers:
                 promote.append((key, value))
                 served.add(k.job.index)
                 self.counters["remote_hits"] += 1
+                if remote.reapi:
+                    self.counters["reapi_hits"] += 1
+                    self.counters["reapi_bytes_downloaded"] += len(value)
                 if self.log.verbose:
                     took = 1000 * (time.monotonic() - started)
                     self.log.detail(f"hit  {key} {k.job.module}: remote ({remote.url}), "
                                     f"{took:.1f} ms")  # fmt: skip
                 on_hit(k, sum(len(data) for _, data in outputs.values()), meta)
             self.promote(promote)  # the next link hits locally
+            if remote.reapi and first:
+                self.counters["reapi_misses"] += len(todo) - len(promote)
         if first:
             self.counters["remote_misses"] += len(pending) - len(served)
         return [k for k in misses if k.job.index not in served]
@@ -256,6 +289,29 @@ class Tiers:
             self.counters["remote_corrupt"] += 1
             what = "a damaged value"
         self.log.detail(f"remote {remote.url}: {what} under {key}; a miss")
+
+    def _describe(self, backend: Tier, ks: Sequence[Keyed]) -> None:
+        """Tells a REAPI backend the Action each key stands for: the command line after the
+        compiler with the job's own files by role (as in the key), outputs and toolchain."""
+        from ..keys.key import role
+
+        reapi: Any = backend
+        job_file = self.job_file
+        assert job_file is not None
+        for k in ks:
+            if k.key is None:
+                continue
+            self._keyed[k.key] = k
+            arguments = []
+            for arg in job_file.command(k.job)[1:]:
+                flag, eq, value = arg.partition("=")
+                if (named := role(job_file, k.job, arg)) is not None:
+                    arguments.append(named)
+                elif eq and (named := role(job_file, k.job, value)) is not None:
+                    arguments.append(f"{flag}={named}")
+                else:
+                    arguments.append(arg)
+            reapi.describe(k.key, arguments, len(k.job.outputs), k.toolchain)
 
     @staticmethod
     def _write_outputs(roles: dict[str, str], outputs: dict[str, tuple[str, bytes]]) -> bool:
@@ -356,6 +412,7 @@ class Tiers:
         """The job was compiled here and stored locally: upload it (unless read-only), and
         drop its claim in the same trip."""
         if k.key is not None and not (self.read_only and k.key not in self._held):
+            self._keyed[k.key] = k
             self._enqueue(k.key, upload=not self.read_only)
 
     def release(self, k: Keyed) -> None:
@@ -399,7 +456,7 @@ class Tiers:
             held = {key: self._held.pop(key) for key, _ in items if key in self._held}
         for i, remote in enumerate(self.remotes):
             puts = [(key, value) for key, value in values.items() if value is not None]
-            if self.read_only:
+            if self.read_only or i in self.read_only_remotes:
                 puts = []
             releases = [key for key, holder in held.items() if holder == i]
             if not (puts or releases) or remote.failed:
@@ -408,6 +465,9 @@ class Tiers:
             if backend is None:
                 continue
             try:
+                if puts and remote.reapi:
+                    self._put_reapi(i, backend, puts)
+                    puts = []
                 if puts:  # releasing a claim that is not ours is a no-op: the token differs
                     backend.put_many(puts, self.token if releases else None)
                     results = sum(1 for key, _ in puts if not key.startswith("memo-"))
@@ -421,6 +481,30 @@ class Tiers:
                     claiming.release(rest, self.token)
             except Exception as e:  # a remote problem never fails the link
                 self._fail(remote, _describe(e, remote))
+
+    def _put_reapi(self, i: int, backend: Tier, puts: list[tuple[str, bytes]]) -> None:
+        """Uploads results to a REAPI remote as Actions; one that refuses updates is said
+        once and written no more."""
+        reapi: Any = backend
+        results = [(key, value) for key, value in puts if key in self._keyed]  # memos: not
+        if not results:
+            return
+        self._describe(backend, [self._keyed[key] for key, _ in results])
+        before = reapi.bytes_uploaded
+        reapi.put_many(results)
+        self.counters["reapi_bytes_uploaded"] += reapi.bytes_uploaded - before
+        if reapi.notice:
+            self.log.warn(f"remote {self.remotes[i].url}: {reapi.notice}")
+            reapi.notice = ""
+            self.read_only_remotes.add(i)
+        else:
+            self.counters["remote_uploads"] += len(results)
+            self.counters["reapi_uploads"] += len(results)
+            self.counters["remote_bytes_uploaded"] += reapi.bytes_uploaded - before
+            if self.log.verbose:
+                for key, _ in results:
+                    self.log.detail(f"remote {self.remotes[i].url}: stored {key} as Action "
+                                    f"{reapi.action_digest(key)}")  # fmt: skip
 
     # -- the end of the link --------------------------------------------------------------
 
@@ -442,6 +526,10 @@ class Tiers:
         for remote in self.remotes:
             if remote.backend is not None:
                 self.counters["remote_round_trips"] += remote.backend.round_trips
+                if remote.reapi:
+                    reapi: Any = remote.backend
+                    self.counters["reapi_wrong_key"] += reapi.wrong_key
+                    self.counters["reapi_corrupt"] += reapi.corrupt
                 trips = remote.backend.round_trips
                 self.log.detail(f"remote {remote.url}: {trips} round trip{'s' * (trips != 1)}")
                 with contextlib.suppress(Exception):

@@ -39,11 +39,11 @@ if TYPE_CHECKING:
 class Result:
     """How one job ended: ``failure`` is None when every output was written."""
 
-    __slots__ = ("by", "failure", "job", "output", "remote", "seconds")
+    __slots__ = ("by", "cached", "failure", "job", "output", "remote", "seconds")
 
     def __init__(
         self, job: Job, seconds: float, failure: str | None = None, by: str = "",
-        output: str = "", remote: bool = False,
+        output: str = "", remote: bool = False, cached: bool = False,
     ) -> None:  # fmt: skip
         self.job = job
         self.seconds = seconds
@@ -51,6 +51,7 @@ class Result:
         self.by = by  # who compiled it: "here", "by the inner distributor", "on a worker", ...
         self.output = output  # what the compiler printed (already relayed), when known
         self.remote = remote  # compiled on another machine (counted apart in the summary)
+        self.cached = cached  # not compiled: the runner's own cache had it (a remote hit)
 
     @property
     def ok(self) -> bool:
@@ -72,6 +73,7 @@ RUNNERS = {
     "local": "cached_dist.runners.local:LocalRunner",
     "wrapped": "cached_dist.runners.wrapped:WrappedRunner",
     "dask": "cached_dist.runners.dask:DaskRunner",
+    "reapi": "cached_dist.runners.reapi:ReapiRunner",
 }
 
 
@@ -80,7 +82,8 @@ def make_runner(options: Options, log: Log, kind: str | None = None) -> Runner:
     from importlib import import_module
 
     if kind is None:
-        kind = "wrapped" if options.inner else "dask" if options.dask_scheduler else "local"
+        kind = ("wrapped" if options.inner else "dask" if options.dask_scheduler
+                else "reapi" if options.remote_executor else "local")  # fmt: skip
     module, _, cls = RUNNERS[kind].partition(":")
     runner: Runner = getattr(import_module(module), cls).from_options(options, log)
     return runner

@@ -20,6 +20,8 @@ import os
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from ..tier import Tier
 
 
@@ -29,7 +31,13 @@ SCHEMES = {
     "rediss": "store.remote.redis:RedisStorage",
     "http": "store.remote.http:HttpStorage",
     "https": "store.remote.http:HttpStorage",
+    # REAPI v2 (store/remote/reapi.py): Bazel's --remote_cache URL forms
+    "grpc": "store.remote.reapi:ReapiStorage",
+    "grpcs": "store.remote.reapi:ReapiStorage",
+    "unix": "store.remote.reapi:ReapiStorage",
 }
+#: The schemes of REAPI servers (which also take an instance name and headers).
+REAPI_SCHEMES = ("grpc", "grpcs", "unix")
 #: A password for URLs that carry none (kept out of command lines and config files).
 PASSWORD_ENV = "CACHED_DIST_REMOTE_PASSWORD"
 
@@ -39,6 +47,8 @@ class RemoteError(Exception):
 
 
 def scheme(url: str) -> str:
+    if url[:5].lower() == "unix:":
+        return "unix"  # unix:PATH, like Bazel's (and gRPC's) Unix socket targets
     return url.partition("://")[0].lower() if "://" in url else ""
 
 
@@ -70,8 +80,9 @@ def password(url_password: str | None) -> str | None:
     return url_password or os.environ.get(PASSWORD_ENV) or None
 
 
-def open_remote(url: str, *, connect_timeout: float, timeout: float) -> Tier:
-    """A backend for ``url``; RemoteError if its client library is missing."""
+def open_remote(url: str, *, connect_timeout: float, timeout: float, **settings: Any) -> Tier:
+    """A backend for ``url``; RemoteError if its client library is missing. ``settings`` go
+    to backends that take more (REAPI: instance_name, headers)."""
     target = SCHEMES.get(scheme(url))
     if target is None:
         raise RemoteError(f"unsupported scheme in {redact(url)}")
@@ -83,5 +94,5 @@ def open_remote(url: str, *, connect_timeout: float, timeout: float) -> Tier:
     except ImportError as e:
         raise RemoteError(f"client library missing ({e.name}); install cached-dist[all]") from None
     cls = getattr(module, class_name)
-    backend: Tier = cls(url, connect_timeout=connect_timeout, timeout=timeout)
+    backend: Tier = cls(url, connect_timeout=connect_timeout, timeout=timeout, **settings)
     return backend

@@ -19,7 +19,12 @@ EXTRA = ("shards_decoded", "shards_memoized", "shards_not_canonical", "jobs_not_
          # the remote tier (link.tiers): hits counts both tiers, remote_hits the remote's share
          "remote_hits", "remote_misses", "remote_errors", "remote_corrupt", "remote_wrong_key",
          "remote_uploads", "remote_bytes_downloaded", "remote_bytes_uploaded",
-         "remote_round_trips", "remote_memo_hits", "remote_memo_uploads")  # fmt: skip
+         "remote_round_trips", "remote_memo_hits", "remote_memo_uploads",
+         # REAPI (link.tiers.REAPI_COUNTERS, runners.reapi.COUNTERS): the REAPI tier's share
+         # of the remote counters, and what the REAPI executor ran
+         "reapi_hits", "reapi_misses", "reapi_uploads", "reapi_bytes_downloaded",
+         "reapi_bytes_uploaded", "reapi_wrong_key", "reapi_corrupt", "reapi_executed",
+         "reapi_exec_cached", "reapi_exec_failed", "reapi_exec_bytes_uploaded")  # fmt: skip
 
 
 def main(args: list[str]) -> int:
@@ -55,6 +60,17 @@ def main(args: list[str]) -> int:
         ("remote uploads", stats["remote_uploads"]),
         ("bytes downloaded", human_size(stats["remote_bytes_downloaded"])),
         ("bytes uploaded", human_size(stats["remote_bytes_uploaded"])),
+        ("REAPI hits", stats["reapi_hits"]),
+        ("REAPI misses", stats["reapi_misses"]),
+        ("REAPI uploads", stats["reapi_uploads"]),
+        ("REAPI wrong key", stats["reapi_wrong_key"]),
+        ("REAPI corrupt", stats["reapi_corrupt"]),
+        ("REAPI downloaded", human_size(stats["reapi_bytes_downloaded"])),
+        ("REAPI uploaded", human_size(stats["reapi_bytes_uploaded"])),
+        ("REAPI executed", stats["reapi_executed"]),
+        ("  from its cache", stats["reapi_exec_cached"]),
+        ("REAPI exec failed", stats["reapi_exec_failed"]),
+        ("REAPI exec uploaded", human_size(stats["reapi_exec_bytes_uploaded"])),
         ("entries", stats["entries"]),
         ("size", f"{human_size(stats['size'])} of {human_size(stats['max_size'])}"),
         ("stores", stats.get("stores", 0)),

