@@ -9,12 +9,15 @@ Everything else is declared in pyproject.toml. All are optional: when they canno
 (no C compiler or Python headers) the install still succeeds; cached-dist then uses the
 pure-Python reference decoder (``cached-dist stats`` and ``--verbose`` say so) and reader,
 and ``cached-dist serve`` and ``cached-dist flags --launcher`` say what is missing.
+The output placer links libzstd (libzstd-dev) to place compressed blobs itself; where that
+is missing it is built without (compressed blobs are then placed in Python).
 """
 
 import os
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
+from setuptools.errors import BaseError, CCompilerError, CompileError
 
 CLIENT_SOURCE = "cached_dist/serve/client.c"
 #: Executables in the package: (source, name, C standard).
@@ -23,6 +26,8 @@ EXECUTABLES = [
     ("cached_dist/runners/guard.c", "cached-dist-guard", "gnu99"),
     ("cached_dist/launcher/cc.c", "cached-dist-cc", "c99"),
 ]
+#: The extension built against libzstd when it can be (store/_link.c's HAVE_ZSTD).
+WITH_ZSTD = "store._link"
 
 
 class BuildWithClient(build_ext):
@@ -36,6 +41,22 @@ class BuildWithClient(build_ext):
                 self.build_executable(source, name, std)
             except Exception as e:  # optional, like the extension
                 print(f"warning: {name} was not built: {e}")
+
+    def build_extension(self, ext: Extension) -> None:
+        """The placer with libzstd, else (no zstd.h or libzstd.so) without it."""
+        if ext.name != WITH_ZSTD:
+            super().build_extension(ext)
+            return
+        ext.define_macros.append(("HAVE_ZSTD", "1"))
+        ext.libraries.append("zstd")
+        try:
+            super().build_extension(ext)
+            return
+        except (CCompilerError, BaseError, CompileError) as e:
+            print(f"warning: {ext.name} is built without libzstd (install libzstd-dev): {e}")
+        ext.define_macros.remove(("HAVE_ZSTD", "1"))
+        ext.libraries.remove("zstd")
+        super().build_extension(ext)
 
     def build_executable(self, source: str, name: str, std: str) -> None:
         if self.compiler is None or isinstance(self.compiler, str):

@@ -5,8 +5,9 @@ Importing it stays cheap (no filelock, psutil, subprocess, shutil, tempfile): a 
 link must finish in about 100 ms.
 """
 
+from .layout import LAYOUT
 from .manifest import Manifest
-from .store import DEFAULT_MAX_SIZE, LAYOUT, Store
+from .store import DEFAULT_MAX_SIZE, Store
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

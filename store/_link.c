@@ -23,17 +23,32 @@
  * copy_out). A plan handed back leaves no temp file; its destination may be gone (removed
  * before a rename that failed), which placing it again replaces. Blobs over 64 MB are
  * handed back: copy_out copies them in chunks.
+ *
+ * Built with libzstd (HAVE_ZSTD, see setup.py), copy_blobs also places a compressed blob
+ * (``blobs/ab/cdef....zst``, taken when there is no plain one, as Blobs.copy_out does) the
+ * way Blobs._decompress_out does: one zstd frame (not a skippable one, nothing after it)
+ * whose header declares the plan's size, checked before the output is allocated, and the
+ * frame itself read only when it is no larger than a frame of that size can be
+ * (ZSTD_compressBound); decompressed with one DCtx for the whole call; every decompressed
+ * byte hashed and compared with the digest (which names the uncompressed bytes); written,
+ * never cloned, to the temp file and renamed. Anything else is handed back. Without libzstd
+ * every compressed blob is handed back (HAS_ZSTD is False). link_blobs never places one:
+ * a hard-linking store keeps its blobs plain.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/fs.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#ifdef HAVE_ZSTD
+#include <zstd.h>
+#endif
 
 #ifndef O_NOATIME
 #define O_NOATIME 0
@@ -60,25 +75,52 @@ static int is_digest(const char *s, Py_ssize_t n) {
     return 1;
 }
 
+/* Reads exactly ``size`` bytes of ``fd`` into ``p``: 0, or -1 on a short file or an error. */
+static int read_exact(int fd, char *p, size_t size) {
+    size_t got = 0;
+    while (got < size) {
+        ssize_t n = read(fd, p + got, size - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        got += (size_t)n;
+    }
+    return 0;
+}
+
 /* Reads exactly ``size`` bytes of ``fd`` into a new bytes object; NULL (no exception set) on
  * a short file or a read error. */
 static PyObject *read_all(int fd, Py_ssize_t size) {
     PyObject *data = PyBytes_FromStringAndSize(NULL, size);
     if (data == NULL)
         return NULL;
-    char *p = PyBytes_AS_STRING(data);
-    Py_ssize_t got = 0;
-    while (got < size) {
-        ssize_t n = read(fd, p + got, (size_t)(size - got));
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0) {
-            Py_DECREF(data);
-            return NULL;
-        }
-        got += n;
+    if (read_exact(fd, PyBytes_AS_STRING(data), (size_t)size) != 0) {
+        Py_DECREF(data);
+        return NULL;
     }
     return data;
+}
+
+/* Whether ``hexdigest(data)`` is the str ``digest``; a hash that raises or gives anything
+ * else is a no (its exception cleared). */
+static int same_digest(PyObject *hexdigest, PyObject *data, PyObject *digest) {
+    PyObject *got = PyObject_CallOneArg(hexdigest, data);
+    int same = got != NULL && PyUnicode_Check(got) && PyUnicode_Compare(got, digest) == 0;
+    Py_XDECREF(got);
+    if (PyErr_Occurred())
+        PyErr_Clear();
+    return same;
+}
+
+/* A blob file opened for reading: O_NOFOLLOW, O_NONBLOCK: a symbolic link or a FIFO in a
+ * blob's place is handed back (Python's copy_out removes it), never followed or waited on.
+ * -1 (errno set) if it cannot be opened. */
+static int open_blob(const char *path) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOATIME);
+    if (fd < 0 && (errno == EPERM || errno == EACCES) && O_NOATIME)
+        fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    return fd;
 }
 
 #define COPY_MAX ((long long)64 << 20) /* larger blobs: copy_out, in chunks */
@@ -88,13 +130,26 @@ typedef struct {
     int fd;
     struct stat st;
     PyObject *data; /* NULL unless kept (copy_blobs writes them) */
+    int absent;     /* handed back because there is no plain blob (its .zst form may be) */
+    int compressed; /* data are the decompressed bytes of the .zst form: never clone fd */
+    long long size; /* the plan's size */
     char path[4096];
 } Blob;
+
+/* What one call keeps from plan to plan. */
+typedef struct {
+#ifdef HAVE_ZSTD
+    ZSTD_DCtx *dctx; /* made for the call's first compressed blob, freed at its end */
+#endif
+    int spare; /* C has no empty struct */
+} Ctx;
 
 /* Opens and verifies the blob of a plan (digest, size, ...): 1 with ``b`` filled (fd open,
  * data kept if ``keep``), 0 if handed back (nothing open), -1 on a Python error (memory). */
 static int verified(const char *blob_dir, size_t dir_len, PyObject *plan, PyObject *hexdigest,
                     int keep, long long max_size, Blob *b) {
+    b->absent = 0;
+    b->compressed = 0;
     PyObject *odigest = PyTuple_GET_ITEM(plan, 0), *osize = PyTuple_GET_ITEM(plan, 1);
     if (!PyUnicode_Check(odigest) || !PyLong_Check(osize))
         return 0;
@@ -109,6 +164,7 @@ static int verified(const char *blob_dir, size_t dir_len, PyObject *plan, PyObje
         PyErr_Clear();
         return 0;
     }
+    b->size = size;
     /* blob_dir/XX/REST, as Blobs.path */
     char *path = b->path;
     if (dir_len + 2 + DIGEST_LEN + 1 >= sizeof b->path)
@@ -119,13 +175,11 @@ static int verified(const char *blob_dir, size_t dir_len, PyObject *plan, PyObje
     path[dir_len + 3] = '/';
     memcpy(path + dir_len + 4, digest + 2, DIGEST_LEN - 2);
     path[dir_len + 4 + DIGEST_LEN - 2] = '\0';
-    /* O_NOFOLLOW, O_NONBLOCK: a symbolic link or a FIFO in a blob's place is handed back
-       (Python's copy_out removes it), never followed or waited on. */
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOATIME);
-    if (fd < 0 && (errno == EPERM || errno == EACCES) && O_NOATIME)
-        fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-    if (fd < 0)
+    int fd = open_blob(path);
+    if (fd < 0) {
+        b->absent = errno == ENOENT;
         return 0;
+    }
     if (fstat(fd, &b->st) != 0 || !S_ISREG(b->st.st_mode) || (long long)b->st.st_size != size) {
         close(fd);
         return 0;
@@ -135,11 +189,7 @@ static int verified(const char *blob_dir, size_t dir_len, PyObject *plan, PyObje
         close(fd);
         return PyErr_Occurred() ? -1 : 0;
     }
-    PyObject *got = PyObject_CallOneArg(hexdigest, data);
-    int same = got != NULL && PyUnicode_Check(got) && PyUnicode_Compare(got, odigest) == 0;
-    Py_XDECREF(got);
-    if (PyErr_Occurred())
-        PyErr_Clear();
+    int same = same_digest(hexdigest, data, odigest);
     if (!same || !keep) {
         Py_DECREF(data);
         data = NULL;
@@ -152,6 +202,73 @@ static int verified(const char *blob_dir, size_t dir_len, PyObject *plan, PyObje
     b->data = data;
     return 1;
 }
+
+#ifdef HAVE_ZSTD
+/* zstd's frame magic number, as a blob's first four bytes: a skippable frame, or anything
+ * else, is not a compressed blob. */
+static const unsigned char ZSTD_MAGIC[4] = {0x28, 0xb5, 0x2f, 0xfd};
+
+/* The compressed form of a plan's blob (``b->path`` + ".zst"), for which verified() found
+ * no plain one (``b`` as it left it): opened, checked, decompressed and verified as
+ * Blobs._decompress_out does. 1 with ``b`` filled (fd open, the decompressed bytes in
+ * b->data), 0 if handed back (nothing open), -1 on a Python error (memory). The blob's bytes
+ * are untrusted: its file is read only when no larger than a frame of the plan's size can
+ * be, and the output is allocated only once the frame's header declares that size. */
+static int verified_frame(PyObject *plan, PyObject *hexdigest, Ctx *ctx, Blob *b) {
+    size_t len = strlen(b->path);
+    if (len + sizeof ".zst" > sizeof b->path)
+        return 0;
+    memcpy(b->path + len, ".zst", sizeof ".zst");
+    size_t size = (size_t)b->size; /* 0 <= size <= COPY_MAX (verified() checked) */
+    int fd = open_blob(b->path);
+    if (fd < 0)
+        return 0;
+    if (fstat(fd, &b->st) != 0 || !S_ISREG(b->st.st_mode) ||
+        b->st.st_size < (off_t)sizeof ZSTD_MAGIC ||
+        (unsigned long long)b->st.st_size > (unsigned long long)ZSTD_compressBound(size)) {
+        close(fd);
+        return 0;
+    }
+    size_t n = (size_t)b->st.st_size;
+    char *frame = malloc(n);
+    if (frame == NULL) {
+        close(fd);
+        return 0;
+    }
+    if (read_exact(fd, frame, n) != 0 || memcmp(frame, ZSTD_MAGIC, sizeof ZSTD_MAGIC) != 0 ||
+        /* "unknown" and "error" are never a size of at most COPY_MAX */
+        ZSTD_getFrameContentSize(frame, n) != (unsigned long long)size) {
+        free(frame);
+        close(fd);
+        return 0;
+    }
+    size_t whole = ZSTD_findFrameCompressedSize(frame, n); /* one frame, nothing after it */
+    if (ZSTD_isError(whole) || whole != n ||
+        (ctx->dctx == NULL && (ctx->dctx = ZSTD_createDCtx()) == NULL)) {
+        free(frame);
+        close(fd);
+        return 0;
+    }
+    PyObject *data = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size);
+    if (data == NULL) {
+        free(frame);
+        close(fd);
+        return -1;
+    }
+    size_t got = ZSTD_decompressDCtx(ctx->dctx, PyBytes_AS_STRING(data), size, frame, n);
+    free(frame);
+    if (ZSTD_isError(got) || got != size ||
+        !same_digest(hexdigest, data, PyTuple_GET_ITEM(plan, 0))) {
+        Py_DECREF(data);
+        close(fd);
+        return 0;
+    }
+    b->fd = fd;
+    b->data = data;
+    b->compressed = 1;
+    return 1;
+}
+#endif
 
 /* The end of a placed plan: refresh a stale blob's clock, close it. */
 static void done_with(Blob *b, double touch_before) {
@@ -180,7 +297,8 @@ static PyObject *path_arg(PyObject *o) {
 
 /* One plan of link_blobs; 1 if it was placed, 0 if handed back, -1 on a Python error. */
 static int link_one(const char *blob_dir, size_t dir_len, PyObject *plan, PyObject *hexdigest,
-                    double touch_before) {
+                    double touch_before, Ctx *ctx) {
+    (void)ctx;
     if (!PyTuple_Check(plan) || PyTuple_GET_SIZE(plan) < 3)
         return 0;
     PyObject *dest = path_arg(PyTuple_GET_ITEM(plan, 2));
@@ -216,7 +334,7 @@ static int write_all(int fd, const char *p, size_t n) {
 
 /* One plan of copy_blobs; 1 if it was placed, 0 if handed back, -1 on a Python error. */
 static int copy_one(const char *blob_dir, size_t dir_len, PyObject *plan, PyObject *hexdigest,
-                    double touch_before) {
+                    double touch_before, Ctx *ctx) {
     if (!PyTuple_Check(plan) || PyTuple_GET_SIZE(plan) < 4)
         return 0;
     PyObject *dest = path_arg(PyTuple_GET_ITEM(plan, 2));
@@ -229,6 +347,12 @@ static int copy_one(const char *blob_dir, size_t dir_len, PyObject *plan, PyObje
     }
     Blob b;
     int ok = verified(blob_dir, dir_len, plan, hexdigest, 1, COPY_MAX, &b);
+#ifdef HAVE_ZSTD
+    if (ok == 0 && b.absent)
+        ok = verified_frame(plan, hexdigest, ctx, &b);
+#else
+    (void)ctx;
+#endif
     if (ok != 1)
         goto out;
     const char *t = PyBytes_AS_STRING(tmp);
@@ -238,7 +362,7 @@ static int copy_one(const char *blob_dir, size_t dir_len, PyObject *plan, PyObje
         goto out_blob;
     }
     int cloned = 0;
-    if (reflink_ok) {
+    if (reflink_ok && !b.compressed) { /* a clone of a .zst would be the frame's bytes */
         if (ioctl(out, FICLONE, b.fd) == 0)
             cloned = 1;
         else if (errno == EOPNOTSUPP || errno == ENOTTY || errno == ENOSYS)
@@ -271,9 +395,20 @@ out:
     return ok;
 }
 
-typedef int (*PlaceOne)(const char *, size_t, PyObject *, PyObject *, double);
+typedef int (*PlaceOne)(const char *, size_t, PyObject *, PyObject *, double, Ctx *);
+
+static void end_call(Ctx *ctx) {
+#ifdef HAVE_ZSTD
+    ZSTD_freeDCtx(ctx->dctx); /* NULL: nothing */
+    ctx->dctx = NULL;
+#else
+    (void)ctx;
+#endif
+}
 
 static PyObject *place_all(PyObject *args, const char *format, PlaceOne one) {
+    Ctx ctx;
+    memset(&ctx, 0, sizeof ctx);
     PyObject *odir, *plans, *hexdigest;
     double touch_before;
     if (!PyArg_ParseTuple(args, format, PyUnicode_FSConverter, &odir, &plans, &hexdigest,
@@ -293,7 +428,7 @@ static PyObject *place_all(PyObject *args, const char *format, PlaceOne one) {
     for (Py_ssize_t i = 0; i < n; i++) {
         double started = now_monotonic();
         int placed = one(dir, dir_len, PySequence_Fast_GET_ITEM(seq, i), hexdigest,
-                         touch_before);
+                         touch_before, &ctx);
         if (placed < 0)
             goto fail;
         PyObject *item =
@@ -302,10 +437,12 @@ static PyObject *place_all(PyObject *args, const char *format, PlaceOne one) {
             goto fail;
         PyList_SET_ITEM(out, i, item);
     }
+    end_call(&ctx);
     Py_DECREF(seq);
     Py_DECREF(odir);
     return out;
 fail:
+    end_call(&ctx);
     Py_XDECREF(out);
     Py_DECREF(seq);
     Py_DECREF(odir);
@@ -334,4 +471,14 @@ static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_link", "Placing verified blobs by hard links or copies.", -1,
     methods, NULL, NULL, NULL, NULL};
 
-PyMODINIT_FUNC PyInit__link(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__link(void) {
+    PyObject *m = PyModule_Create(&module);
+#ifdef HAVE_ZSTD
+    int has_zstd = 1;
+#else
+    int has_zstd = 0;
+#endif
+    if (m != NULL && PyModule_AddObjectRef(m, "HAS_ZSTD", has_zstd ? Py_True : Py_False) < 0)
+        Py_CLEAR(m);
+    return m;
+}

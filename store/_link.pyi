@@ -1,5 +1,8 @@
 from collections.abc import Callable, Sequence
 
+#: Whether copy_blobs places compressed blobs (built with libzstd), else hands them back.
+HAS_ZSTD: bool
+
 def link_blobs(
     blob_dir: str,
     plans: Sequence[tuple[object, ...]],

@@ -23,7 +23,7 @@ import os
 import stat
 import time
 
-from .detached import spawn
+from procs.detached import spawn
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

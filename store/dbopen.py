@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 
@@ -26,14 +27,16 @@ def open_cache(directory: str, modes: Modes, **settings: Any) -> tuple[diskcache
     """Return (cache, rebuilt). A database sqlite cannot read is moved aside and replaced by an
     empty one: the index is a cache, losing it costs misses, never wrong bytes.
     """
-    modes.makedirs(directory)
-    try:
-        cache = _open(directory, modes, settings)
-        return cache, False
-    except sqlite3.OperationalError:
-        raise  # read-only, locked, full: not damage, the caller degrades
-    except sqlite3.DatabaseError:
-        pass
+    if not wrong_kind(directory):
+        modes.makedirs(directory)
+        try:
+            cache = _open(directory, modes, settings)
+            return cache, False
+        except sqlite3.OperationalError:
+            if not wrong_kind(directory):
+                raise  # read-only, locked, full: not damage, the caller degrades
+        except sqlite3.DatabaseError:
+            pass
     quarantine(directory)
     modes.makedirs(directory)
     return _open(directory, modes, settings), True
@@ -118,10 +121,34 @@ def confined_disk() -> type[diskcache.Disk]:
     return Confined
 
 
+def wrong_kind(directory: str, db_name: str = "cache.db") -> bool:
+    """Whether a database's place holds something sqlite can never open: ``directory`` is
+    not a directory, or the database or its -wal or -shm file is a directory, a FIFO, ...
+    sqlite reports that as an I/O error, not as damage. (A symbolic link is not this kind of
+    damage: the store refuses to open through one, see fsutil.own_file, and verify removes
+    it.)"""
+    import stat
+
+    try:
+        if not stat.S_ISDIR(os.stat(directory).st_mode):
+            return True
+    except OSError:
+        return False
+    for suffix in ("", "-wal", "-shm"):
+        try:
+            mode = os.lstat(os.path.join(directory, db_name + suffix)).st_mode
+        except OSError:
+            continue
+        if not stat.S_ISREG(mode) and not stat.S_ISLNK(mode):
+            return True
+    return False
+
+
 def quarantine(
     directory: str, db_name: str = "cache.db", seen: os.stat_result | None = None
-) -> None:
-    """Move a damaged database directory aside (kept for inspection, out of every reader's way).
+) -> str | None:
+    """Move a damaged database directory aside (kept for inspection, out of every reader's way);
+    returns where it went, None if it was not moved.
 
     `seen` is the database file the caller found damaged; if another process already replaced
     it, the fresh one is left alone.
@@ -130,14 +157,29 @@ def quarantine(
     try:
         current = os.stat(db)
     except FileNotFoundError:
-        return
-    if seen is not None and (current.st_ino, current.st_dev) != (seen.st_ino, seen.st_dev):
-        return
+        if not os.path.lexists(directory) or os.path.isdir(directory):
+            return None
+        current = None  # a file where the directory belongs: moved aside too
+    except NotADirectoryError:
+        current = None
+    if (
+        seen is not None
+        and current is not None
+        and (current.st_ino, current.st_dev) != (seen.st_ino, seen.st_dev)
+    ):
+        return None
     aside = f"{directory}.damaged-{int(time.time())}-{os.getpid()}"
-    try:
-        os.rename(directory, aside)
-    except FileNotFoundError:
-        pass
+    for n in range(1, 100):
+        try:
+            os.rename(directory, aside)
+            return aside
+        except FileNotFoundError:
+            return None
+        except OSError as error:  # one moved aside in this second already
+            if error.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR):
+                raise
+            aside = f"{directory}.damaged-{int(time.time())}-{os.getpid()}-{n}"
+    return None
 
 
 def db_stat(directory: str) -> os.stat_result | None:
@@ -146,3 +188,28 @@ def db_stat(directory: str) -> os.stat_result | None:
         return os.stat(os.path.join(directory, "cache.db"))
     except OSError:
         return None
+
+
+def checkpoint(db: str, timeout: float = 2.0) -> bool:
+    """Copies a WAL database's log into it and truncates the log to zero bytes (sqlite's
+    ``wal_checkpoint(TRUNCATE)``): the log otherwise keeps the largest size it ever had,
+    which on a small file system can be most of it. False when it could not (readers
+    active past ``timeout``, no room to grow the database, not a database)."""
+    import stat
+
+    try:
+        if not stat.S_ISREG(os.lstat(db).st_mode):
+            return False
+    except OSError:
+        return False
+    try:
+        con = sqlite3.connect(db, timeout=timeout, isolation_level=None)
+    except sqlite3.Error:
+        return False
+    try:
+        row = con.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        return row is not None and row[0] == 0
+    except sqlite3.Error:
+        return False
+    finally:
+        con.close()

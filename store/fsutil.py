@@ -7,6 +7,8 @@ import os
 import stat
 import sys
 
+from procs import write_all as write_all  # store modules write files with it too
+
 #: ioctl request of Linux FICLONE (_IOW(0x94, 9, int)): share extents instead of copying bytes.
 FICLONE = 0x40049409
 
@@ -265,14 +267,6 @@ def read_nonblocking(
     return data if limit is None else data[:limit]
 
 
-def write_all(fd: int, data: bytes | memoryview) -> None:
-    """os.write may write less than asked; loop until all of `data` is out."""
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
-
-
 def rename_into(tmp: str, final: str, modes: Modes) -> None:
     """Renames a finished temporary file to ``final``, making its directory if needed; on
     failure the temporary file is removed and the error raised. The directory is opened
@@ -316,17 +310,3 @@ def unlink_quietly(path: str, dir_fd: int | None = None) -> None:
         os.unlink(path, dir_fd=dir_fd)
     except OSError:
         pass
-
-
-def proc_stat(pid: int) -> list[bytes]:
-    """The fields of /proc/PID/stat after the process's name (state, parent, ...: field 3
-    on is [0] on), which may hold anything, even parentheses and spaces, so they are read
-    after the last one. OSError if the process cannot be read (gone, say)."""
-    fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        parts = []
-        while chunk := os.read(fd, 4096):
-            parts.append(chunk)
-    finally:
-        os.close(fd)
-    return b"".join(parts).rpartition(b")")[2].split()

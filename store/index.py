@@ -97,9 +97,13 @@ def _exists(db: str) -> bool:
         st = os.lstat(db)
     except FileNotFoundError:
         return False
-    if not stat.S_ISREG(st.st_mode):
+    if stat.S_ISLNK(st.st_mode):
         raise not_ours(db, "file")
-    return True
+    return True  # a directory or FIFO there is damage: moved aside at open (dbopen.wrong_kind)
+
+
+class RowFileError(OSError):
+    """A row written to the database whose file could not be written (Index._put_rows)."""
 
 
 def index_budget(max_size: int) -> int:
@@ -140,6 +144,7 @@ class Index:
 
     def _open(self) -> diskcache.Cache:
         from .dbopen import db_stat, open_cache
+        from .layout import tag
 
         self._cache, rebuilt = open_cache(self.dir, self._modes, **self._settings)
         if rebuilt:
@@ -148,6 +153,7 @@ class Index:
                 "index database was unreadable; moved it aside and started an empty one"
             )
         self._seen = db_stat(self.dir)
+        tag(os.path.dirname(self.dir), self._modes)  # a writer's open: the store is one
         return self._cache
 
     @property
@@ -169,6 +175,8 @@ class Index:
             from .sql import sqlite3
 
             try:
+                if not stat.S_ISREG(os.lstat(self._db).st_mode):  # sqlite would block on a FIFO
+                    raise OSError("not a regular file")
                 with self._modes.umask():  # it may make the -wal and -shm files
                     self._reader = RowReader(self._db, BUSY_TIMEOUT)
                 self._seen = os.stat(self._db)
@@ -293,9 +301,32 @@ class Index:
     def has_entry(self, key: str) -> bool:
         return self._read(_ENTRY + key) is not None
 
+    def _put_rows(self, items: Sequence[tuple[str, str]]) -> None:
+        """The files of rows just written to the database. A path that damage blocks (a
+        directory where a row file belongs, a file for rows/ab/) is cleared and the write
+        tried once more. A file that still cannot be written is RowFileError: the row is in
+        the database (a read finds it there), so its writer must not take back what it names;
+        no older file of these rows is left to answer instead."""
+        for n, (full_key, value) in enumerate(items):
+            try:
+                try:
+                    self.rows.put(full_key, value)
+                except OSError as error:
+                    from .repair import blocked_paths, make_way
+
+                    root = os.path.dirname(self.dir)
+                    blocked = blocked_paths(root, error)
+                    if not any([make_way(root, p, directory) for p, directory in blocked]):
+                        raise
+                    self.rows.put(full_key, value)
+            except OSError as error:
+                for rest_key, _ in items[n:]:
+                    self.rows.drop(rest_key)
+                raise RowFileError(error.errno, error.strerror, error.filename) from error
+
     def set_entry(self, key: str, text: str) -> None:
         self._run(lambda c: c.set(_ENTRY + key, text))
-        self.rows.put(_ENTRY + key, text)
+        self._put_rows([(_ENTRY + key, text)])
 
     def set_entries(self, items: list[tuple[str, str]]) -> None:
         """Several entries in one transaction (one commit, not one per entry)."""
@@ -306,7 +337,7 @@ class Index:
                     c.set(_ENTRY + key, text)
 
         self._run(write)
-        self.rows.put_many((_ENTRY + key, text) for key, text in items)
+        self._put_rows([(_ENTRY + key, text) for key, text in items])
 
     def drop_entry(self, key: str) -> None:
         """The row, then its file: the other order lets a reader that misses the file copy
@@ -316,20 +347,15 @@ class Index:
         finally:
             self.rows.drop(_ENTRY + key)
 
-    @staticmethod
-    def pack_row(name: str) -> str:
-        """The row key of pack ``name`` (store/pack.py reads it ahead with a Rows of its own)."""
-        return _PACK + name
-
     def get_pack(self, name: str) -> bytes | None:
         """A pack's bytes from its row file (store/pack.py); None when there is none: the
         database has no packs, so a missing one costs no sqlite."""
-        return self.rows.get_bytes(self.pack_row(name))
+        return self.rows.get_bytes(_PACK + name)
 
     def set_pack(self, name: str, data: bytes) -> None:
         """Writes a pack's row file (OSError to the caller). The next maintenance pass
         removes it with the other row files the database lacks."""
-        self.rows.put_bytes(self.pack_row(name), data)
+        self.rows.put_bytes(_PACK + name, data)
 
     def get_memo(self, namespace: str, key: str) -> Any:
         return self._read(f"{_MEMO}{namespace}:{key}")
@@ -342,7 +368,7 @@ class Index:
 
     def set_memo(self, namespace: str, key: str, value: str) -> None:
         self._run(lambda c: c.set(f"{_MEMO}{namespace}:{key}", value))
-        self.rows.put(f"{_MEMO}{namespace}:{key}", value)
+        self._put_rows([(f"{_MEMO}{namespace}:{key}", value)])
 
     def set_memos(self, namespace: str, items: list[tuple[str, str]]) -> None:
         """Many memo writes in one transaction: one commit (one fsync) per link, not per key."""
@@ -353,7 +379,7 @@ class Index:
                     c.set(f"{_MEMO}{namespace}:{key}", value)
 
         self._run(write)
-        self.rows.put_many((f"{_MEMO}{namespace}:{key}", value) for key, value in items)
+        self._put_rows([(f"{_MEMO}{namespace}:{key}", value) for key, value in items])
 
     def entries(self) -> Iterator[tuple[str, Any]]:
         """All (action key, raw manifest) pairs; for maintenance passes, not the hot path."""
@@ -365,8 +391,70 @@ class Index:
     def _get(self, full_key: str) -> Any:
         return self._run(lambda c: c.get(full_key))
 
+    def oldest_memos(self, count: int) -> list[str]:
+        """The row keys of the ``count`` oldest-stored memos (a reclaim short of room drops
+        them first: each file takes a block and an inode, and a memo costs less to learn
+        again than an entry's compile)."""
+        if count <= 0:
+            return []
+        end = _MEMO[:-1] + chr(ord(_MEMO[-1]) + 1)
+
+        def oldest(c: diskcache.Cache) -> list[str]:
+            sql = ("SELECT key FROM Cache WHERE raw = 1 AND key >= ? AND key < ?"
+                   " ORDER BY store_time LIMIT ?")  # fmt: skip
+            return [str(row[0]) for row in c._sql(sql, (_MEMO, end, count)).fetchall()]
+
+        return self._run(oldest)
+
+    def drop_rows(self, full_keys: Sequence[str]) -> None:
+        """Drops many rows (entries as ``a:KEY``) in one transaction, then their files: one
+        commit, where drop_entry costs one each (on a full disk the log's growth counts)."""
+        if not full_keys:
+            return
+
+        def drop(c: diskcache.Cache) -> None:
+            with c.transact():
+                for full_key in full_keys:
+                    c.delete(full_key)
+
+        try:
+            self._run(drop)
+        finally:
+            for full_key in full_keys:
+                self.rows.drop(full_key)
+
+    @staticmethod
+    def entry_row(key: str) -> str:
+        return _ENTRY + key
+
     def count_entries(self) -> int:
+        reader = self._row_reader() if self._cache is None else None
+        if reader is not None:  # diskcache's open writes: on a full disk only this reads
+            from .sql import sqlite3
+
+            try:
+                row = reader.con.execute(
+                    "SELECT COUNT(*) FROM Cache WHERE raw = 1 AND key >= ? AND key < ?",
+                    (_ENTRY, _ENTRY[:-1] + chr(ord(_ENTRY[-1]) + 1)),
+                ).fetchone()
+                return int(row[0])
+            except sqlite3.Error:
+                pass
         return sum(1 for k in self._run(lambda c: list(c.iterkeys())) if str(k).startswith(_ENTRY))
+
+    def check(self) -> None:
+        """sqlite's quick check of the whole database (verify's, not the hot path's: it reads
+        every page); one that fails it is moved aside and replaced by an empty one, as on any
+        damage found in use (``on_damage`` says so)."""
+        from .sql import sqlite3
+
+        def quick_check(c: diskcache.Cache) -> None:
+            rows = c._sql("PRAGMA quick_check").fetchall()
+            if [tuple(r) for r in rows] != [("ok",)]:
+                raise sqlite3.DatabaseError(f"quick_check: {rows[0][0] if rows else '?'}")
+
+        self._rebuilt = False  # this check may rebuild even if an earlier failure did
+        self._run(quick_check)
 
     def volume(self) -> int:
         return int(self._run(lambda c: c.volume()))

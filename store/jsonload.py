@@ -1,4 +1,5 @@
-"""JSON text to Python objects through the interpreter's own C scanner, without ``import json``.
+"""JSON text to Python objects through the interpreter's own C scanner, without ``import json``
+(and, for the REAPI tier's hits, which make entries of what they fetch, back: ``dumps``).
 
 A full hit parses a job file and a manifest per job, and ``import json`` (with the ``re``,
 ``enum`` and more it brings) costs a few milliseconds of a full hit whose own work is ~10 ms:
@@ -18,8 +19,9 @@ try:
     import _json
 
     make_scanner: Any = _json.make_scanner  # typeshed wants a scanner as its own context
+    make_encoder: Any = _json.make_encoder
 except ImportError:  # pragma: no cover - an interpreter without json's accelerator
-    make_scanner = None
+    make_scanner = make_encoder = None
 
 _SPACE = " \t\n\r"
 
@@ -71,3 +73,19 @@ def detect_encoding(raw: bytes) -> str:
     import json
 
     return json.detect_encoding(raw)
+
+
+def _unknown(value: object) -> object:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def dumps(value: object) -> str:
+    """``json.dumps(value, separators=(",", ":"))``, by the C encoder json.dumps itself runs
+    (with the same arguments), so the text is the same."""
+    if make_encoder is None:  # pragma: no cover
+        import json
+
+        return json.dumps(value, separators=(",", ":"))
+    encode = make_encoder({}, _unknown, _json.encode_basestring_ascii, None, ":", ",", False,
+                          False, True)  # fmt: skip
+    return "".join(encode(value, 0))

@@ -31,7 +31,9 @@ from filelock._filesystem import break_marker_pid
 from filelock._identity import host_name, owner_is_stale
 from filelock._soft import parse_marker, read_lock_file
 
-from .fsutil import proc_stat, unlink_quietly
+from procs import proc_stat
+
+from .fsutil import unlink_quietly
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

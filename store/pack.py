@@ -14,11 +14,6 @@ live as row files only, never in the database: maintenance passes (which remove 
 of rows the database lacks) and ``cached-dist clear`` remove them, and the next link of the
 target writes its pack again. Each manifest in a pack names its key, as a row's does: one
 filed under another key answers nothing (its key is then read from its row).
-
-A warm server's spare reads the pack of the target its server served last before its own
-link comes (:func:`read_ahead`, while it waits), and builds its manifests; the link takes
-them as they are if the pack's bytes are still the same (:func:`taken_ahead`), sparing the
-decoding and the checks of every manifest (~1 ms of a 301-job link).
 """
 
 from __future__ import annotations
@@ -29,12 +24,8 @@ from .manifest import Manifest
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Sequence
     from typing import Any
-
-#: Packs read ahead (read_ahead), by (store root, name): their bytes, decoded, and the
-#: manifests built from them. One process reads one ahead: the spare, for its link.
-_ahead: dict[tuple[str, str], tuple[bytes, dict[str, Any], dict[str, Manifest]]] = {}
 
 #: Version of the pack encoding, part of the row's key: another version is another pack.
 #: 2: each manifest names its key, as a row's does (store/manifest.py).
@@ -73,40 +64,3 @@ def row_name(name: str) -> str:
     """What pack ``name`` is called in the index (Index.get_pack): its encoding's version
     is part of it, so a pack of another version is another row."""
     return f"{FORMAT}:{name}"
-
-
-def read_ahead(root: str, name: str, stop: Callable[[], bool]) -> None:
-    """Reads pack ``name`` of the store at ``root`` (an absolute path, as Store.root) and
-    builds its manifests, ahead of the link that will ask for it (:func:`taken_ahead`). Best
-    effort, in steps of 64 manifests: nothing is kept if ``stop()`` says so between two."""
-    from .fsutil import Modes
-    from .index import Index
-    from .rows import Rows
-
-    try:
-        data = Rows(root, Modes(False)).get_bytes(Index.pack_row(row_name(name)))
-    except OSError:
-        return
-    if data is None or stop():
-        return
-    raw = decode(data)
-    built: dict[str, Manifest] = {}
-    for n, (key, value) in enumerate(raw.items()):
-        if n % 64 == 63 and stop():
-            return
-        found = manifest(key, value) if type(key) is str else None
-        if found is not None:
-            built[key] = found
-    _ahead[(root, name)] = (data, raw, built)
-
-
-def taken_ahead(
-    root: str, name: str, data: bytes | None
-) -> tuple[dict[str, Any], dict[str, Manifest]] | None:
-    """The decoded pack and its manifests, as :func:`read_ahead` left them, if the pack's
-    bytes are still ``data`` (just read: the pack as it is now); else None, and they are
-    forgotten."""
-    kept = _ahead.pop((root, name), None)
-    if kept is None or data is None or kept[0] != data:
-        return None
-    return kept[1], kept[2]

@@ -3,7 +3,7 @@
 :meth:`store.Store.materialize_many` plans the outputs (digest, size, destination and the
 stage to copy through); :func:`place` carries a share of them out with the store's
 :class:`Blobs`. A helper (a worker forked earlier in the link that waits for an order, see
-``store.forked.start``'s ``then``) takes its share as an order, :func:`place_order`, and
+``procs.forked.start``'s ``then``) takes its share as an order, :func:`place_order`, and
 builds the same ``Blobs`` from the store's root: it cannot use this process's objects.
 
 A copy is made in a temporary file (``.OUTPUT.PID.RANDOM.tmp``, beside the output when no
@@ -26,6 +26,7 @@ from .blobs import TOUCH_AFTER, Blobs, Outcome
 from .fsutil import Modes, temp_name
 
 try:  # the native placer (_link.c): copy_out's work without its Python, ~5-20 us an output
+    # (a compressed blob's too, decompressed, when it was built with libzstd)
     from ._link import copy_blobs as native_copy_blobs
     from ._link import link_blobs as native_link_blobs
 except ImportError:  # built without a C compiler: copy_out places every output
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
     Plan = tuple[str, int, str, str | None]
 
     class Helper(Protocol):
-        """A process that carries out one order (store.forked.Worker)."""
+        """A process that carries out one order (procs.forked.Worker)."""
 
         def order(self, value: Any) -> bool: ...
         def answer(self) -> Any: ...
@@ -62,13 +63,20 @@ class SignalsHeld:
     sent again, to be acted on as it would have been (the default ends the process; Python's
     SIGINT handler, or the link's SIGTERM one, raises KeyboardInterrupt) once nothing half
     done is left. Only the main thread can set handlers: elsewhere nothing is held. Ignored
-    signals stay ignored."""
+    signals stay ignored.
 
-    __slots__ = ("came", "saved")
+    A signal that comes while the dispositions are given back may reach the C handler while
+    Python's is already the default again, and CPython then drops it (its handler runs only
+    later, and a default "handler" is skipped): the process would live on. So the C handler
+    also writes each signal to a pipe of ours (``set_wakeup_fd``), read once the
+    dispositions are back."""
+
+    __slots__ = ("came", "saved", "wakeup")
 
     def __init__(self) -> None:
         self.came = 0
         self.saved: list[tuple[int, Any]] = []
+        self.wakeup: tuple[int, int, int] | None = None  # (read end, write end, the old fd)
 
     def _note(self, signum: int, frame: object) -> None:
         if not self.came:
@@ -84,21 +92,46 @@ class SignalsHeld:
             except (ValueError, OSError):  # not the main thread
                 return self
             self.saved.append((sig, was))
+        if self.saved:
+            try:
+                r, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+            except OSError:
+                return self
+            try:
+                self.wakeup = (r, w, _signal.set_wakeup_fd(w, warn_on_full_buffer=False))
+            except (ValueError, OSError):
+                os.close(r)
+                os.close(w)
         return self
 
     def __exit__(self, *exc: object) -> None:
         saved, self.saved = self.saved, []
         for sig, was in saved:
             _signal.signal(sig, was)
+        if self.wakeup is not None:
+            r, w, old = self.wakeup
+            self.wakeup = None
+            _signal.set_wakeup_fd(old)
+            try:
+                written = os.read(r, 4096)
+            except OSError:  # nothing came
+                written = b""
+            os.close(r)
+            os.close(w)
+            if not self.came:
+                self.came = next((sig for sig in written if sig in _TERMINATING), 0)
         if self.came:
             came, self.came = self.came, 0
-            os.kill(os.getpid(), came)
+            # To this thread, handled before it returns: os.kill may deliver it to another
+            # thread (a link's upload thread), whose Python handler then runs only later.
+            _signal.raise_signal(came)
 
 
 def place(blobs: Blobs, hard_link: bool, plans: Sequence[Plan]) -> list[Any]:
     """Each plan's [outcome, seconds]: an Outcome, or [errno, strerror, filename] for an
     OSError (told to the caller, which reports it). The native placer (store/_link.c), when
-    it is built, links or copies them; what it hands back, the rare case, is placed here.
+    it is built, links or copies them (copies decompressed from compressed blobs, when built
+    with libzstd); what it hands back, the rare case, is placed here.
     Terminating signals wait until every plan is placed or given up (:class:`SignalsHeld`)."""
     if not plans:
         return []

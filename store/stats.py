@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import os
 
-from .dbopen import BUSY_TIMEOUT, quarantine
+from .dbopen import BUSY_TIMEOUT, quarantine, wrong_kind
 from .fsutil import Modes
 from .sql import sqlite3
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 #: Integer counters; time_saved is kept in microseconds so increments stay exact integers.
 COUNTERS = (
@@ -22,6 +26,7 @@ COUNTERS = (
     "evictions",
     "corruptions",
     "bytes_stored",
+    "bytes_original",
     "bytes_served",
     "time_saved_us",
     "size",
@@ -45,16 +50,30 @@ class Stats:
         self.dir = os.path.join(root, "stats")
         self._modes = modes
         self._pid = os.getpid()
-        modes.makedirs(self.dir)
+        self.rebuilt = False  # found damaged and moved aside: the counts restarted
         try:
+            if wrong_kind(self.dir, _DB):  # a directory where the database belongs, ...
+                raise sqlite3.DatabaseError("not a database file")
+            modes.makedirs(self.dir)
             self._con = self._connect(modes)
         except sqlite3.OperationalError:
             raise
         except sqlite3.DatabaseError:
-            quarantine(self.dir, _DB)  # damaged: counts restart from zero, the store goes on
+            aside = quarantine(self.dir, _DB)  # damaged: counts restart, the store goes on
             modes.makedirs(self.dir)
+            if aside is not None:  # what links left pending is not the database's damage
+                from . import tally
+
+                try:
+                    os.rename(tally.pending_dir(aside), tally.pending_dir(self.dir))
+                except OSError:
+                    pass
             self._con = self._connect(modes)
-        self.fold()
+            self.rebuilt = True
+        try:
+            self.fold()
+        except sqlite3.OperationalError:
+            pass  # busy, or no room to write: the files wait for the next fold; reads work
 
     def fold(self) -> None:
         """Adds the counts links left in pending files (store/tally.py), removing the files in
@@ -112,17 +131,41 @@ class Stats:
         self, adds: list[tuple[str, int]], sets: list[tuple[str, int]], fold: bool = False
     ) -> None:
         """One transaction; with ``fold``, the pending files are read, removed and added in it."""
-        con = self.con
-        con.execute("BEGIN IMMEDIATE")
-        try:
+
+        def work(con: sqlite3.Connection) -> None:
+            added = adds
             if fold:
                 from . import tally
 
-                adds = adds + [(k, v) for k, v in tally.take(self.dir).items() if v]
+                added = adds + [(k, v) for k, v in tally.take(self.dir).items() if v]
             if sets:
                 con.executemany("INSERT OR REPLACE INTO counters (name, value) VALUES (?, ?)", sets)
-            if adds:
-                con.executemany(_UPSERT, adds)
+            if added:
+                con.executemany(_UPSERT, added)
+
+        self._transaction(work)
+
+    def zero(self, keep: tuple[str, ...] = ("size",)) -> None:
+        """Every counter, the pending files' included, back to 0, but ``keep`` (``size`` is
+        what the store holds now, which eviction reads): ccache's ``--zero-stats``."""
+        from . import tally
+
+        def work(con: sqlite3.Connection) -> None:
+            pending = tally.take(self.dir)  # counted, then zeroed: dropped but for ``keep``
+            kept = [(k, v) for k, v in pending.items() if k in keep and v]
+            marks = ",".join("?" * len(keep))
+            con.execute(f"UPDATE counters SET value = 0 WHERE name NOT IN ({marks})", keep)
+            if kept:
+                con.executemany(_UPSERT, kept)
+
+        self._transaction(work)
+
+    def _transaction(self, work: Callable[[sqlite3.Connection], None]) -> None:
+        """``work`` in one write transaction (BEGIN IMMEDIATE), rolled back if anything fails."""
+        con = self.con
+        con.execute("BEGIN IMMEDIATE")
+        try:
+            work(con)
             con.execute("COMMIT")
         except BaseException:
             try:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import time
 
-from .blobs import Blobs, Outcome
+from .blobs import ZST, Blobs, Outcome
 from .fsutil import Modes, unlink_quietly, write_all
 from .index import Index
+from .layout import LAYOUT
 from .manifest import Manifest, valid_key
 from .placing import place
 from .problems import Problems
@@ -25,23 +27,17 @@ if TYPE_CHECKING:
     from .stats import Stats
 
 DEFAULT_MAX_SIZE = 5 * 2**30
-#: Every directory the store creates under its root: a caller that writes files elsewhere
-#: (a link's outputs) refuses paths inside these, so it can never overwrite the store's own.
-LAYOUT = ("blobs", "claims", "index", "locks", "rows", "stats", "tmp")
-#: Outputs per process when placing many (materialize_many): a fork and a worker's results
-#: cost a few milliseconds (~3 ms in a warm server's child), the placing of ~50-100 copies.
-FORK_MIN_OUTPUTS = 128
-#: The same for hard links, which cost less than half as much as copies (~15 us each): a
-#: served 301-job link placed them 2 ms sooner without a fork.
-FORK_MIN_LINKS = 256
 #: Outputs for a helper, which is forked already and costs only its order and its answer
 #: (~0.3 ms for 150 outputs).
 HELPER_MIN_OUTPUTS = 32
 #: Outputs from which copies are made in a stage (Blobs.stage) and renamed to their outputs.
 #: Below it a stage's own cost (a directory made and removed, a few system calls) is about
 #: what it can save; from 33 outputs (lua) up it costs nothing measurable, and on the
-#: 300-module link it halves the distributor's time (docs/benchmarks.md).
+#: 300-module link it halves the distributor's time (docs/benchmarks/full-hit.md).
 STAGE_MIN_OUTPUTS = 16
+#: Tries of a put whose paths damage blocks: each clears one blocked path (tmp/, blobs/ab/,
+#: the blob's own), see store/repair.py.
+_ATTEMPTS = 4
 
 
 def _helped(
@@ -111,6 +107,7 @@ class Store:
         max_size: int = DEFAULT_MAX_SIZE,
         group_shared: bool = False,
         hard_link: bool = False,
+        compression_level: int = 0,
         warn: Warn | None = None,
     ) -> None:
         self.root = os.path.abspath(os.fspath(root))
@@ -119,29 +116,50 @@ class Store:
         self.hard_link = hard_link  # serve outputs as hard links to the (verified) blobs
         self._modes = Modes(group_shared)
         self._problems = Problems(warn)
-        self._blobs = Blobs(self.root, self._modes)
+        # zstd level of new blobs (0: plain). A hard-linking store keeps its blobs plain: it
+        # serves the stored file itself. Either reads both forms (store/blobs.py).
+        self.compression_level = 0 if hard_link else max(0, int(compression_level))
+        self._blobs = Blobs(self.root, self._modes, self.compression_level)
         self._stats_db: Stats | None = None
         self._stats_failed = False
         self._index: Index | None = None
+        self._reclaim_checked = False  # whether this process looked for RECLAIM_FLAG yet
+        # At most one reclaim pass between two stores that succeed: a pass that could not
+        # make room is not repeated for every put that fails after it.
+        self._reclaimed = False
+        #: Why the store could not be opened, or why the last clear(), trim(), verify() or
+        #: stats() could not do all of its work (None: it did), for a caller that must say
+        #: so (a command's exit status). Not also given to ``warn``.
+        self.failure: str | None = None
+        self._why_unusable = "the cache is unusable"
+        #: Unusable because one of the cache's own directories is a symbolic link or a file:
+        #: links leave it alone (caching off, see _not_its_own); clear, trim and verify remove
+        #: it, as they remove any damage to the store's paths, and then open the cache.
+        self.repairable = False
+        self._repairs = 0  # damage repaired on the way by this process, for verify()
+        self._why_no_stats = "cannot open the statistics database"
         # Packs read (store/pack.py): name -> (its raw manifests, the keys it answered).
         self._packs: dict[str, tuple[dict[str, Any], set[str]]] = {}
         self._from_pack: dict[str, Manifest] = {}  # what packs answered, by key
-        self._built: dict[str, dict[str, Manifest]] = {}  # packs read ahead: their manifests
-        self.packs_read_ahead = 0  # how many packs lookup() took as read ahead
         try:
             self._modes.makedirs(self.root)
             odd = _not_its_own(self.root)
             if odd is not None:
                 self._problems.report("not-its-own", odd)
+                self.failure = self._why_unusable = odd
+                self.repairable = True  # by clear, trim and verify (see _open_repaired)
                 return
             self._index = Index(self.root, self._modes, self.max_size, self._index_damaged)
         except Exception as error:
+            self._why_unusable = f"cannot open the cache: {_describe(error)}"
             if _read_only(self.root):
+                self._why_unusable = "the cache is read-only"
                 self._problems.report(
                     "read-only", f"the cache at {self.root} is read-only; caching is off"
                 )
             else:
                 self._problems.error(f"cannot open the cache at {self.root}", error)
+            self.failure = self._why_unusable
 
     # -- state --------------------------------------------------------------------------
 
@@ -158,13 +176,96 @@ class Store:
             except Exception:
                 pass
 
-    def _fail(self, what: str, error: BaseException) -> None:
-        """Report once per kind; a damaged index that could not be rebuilt disables the store."""
-        kind = self._problems.error(what, error)
+    def _fail(self, what: str, error: BaseException, *, report: bool = True) -> None:
+        """Report once per kind (unless the caller says it otherwise: ``failure``); a damaged
+        index that could not be rebuilt disables the store. A write that found no room leaves
+        RECLAIM_FLAG and reclaims (once per process)."""
+        if report:
+            kind = self._problems.error(what, error)
+        else:
+            from .problems import classify
+
+            kind = classify(error)
         if kind in ("index-damaged", "internal"):
             self._disable()
+        elif not report:
+            return  # a maintenance pass's own failure: it is the caller's to say, not to retry
+        elif kind == "disk-full" or (kind in ("io", "index-io") and self._room_left() is not None):
+            self._out_of_room()  # (sqlite says "disk I/O error" when it cannot map its memory)
+
+    def _room_left(self) -> str | None:
+        """None, or what is left on a file system short of room (maintenance.short_of_room)."""
+        from .maintenance import short_of_room
+
+        try:
+            return short_of_room(self.root)
+        except OSError:
+            return None
+
+    def _failed(self, error: BaseException) -> str:
+        """``failure`` for an error: what it says, and how little room is left if so."""
+        left = self._room_left()
+        return _describe(error) + (f" ({left} on the cache's file system)" if left else "")
+
+    def _out_of_room(self) -> None:
+        """Something could not be written for lack of space (or inodes): what the store holds
+        may now differ from what its counter says (see maintenance.RECLAIM_FLAG). Flag it for
+        the next writer and reclaim here, unless nothing was stored since the last pass."""
+        from .maintenance import flag_reclaim
+
+        flag_reclaim(self.root, self._modes)
+        self._reclaim()
+
+    def _before_write(self) -> None:
+        """The first write of a process runs the reclaim pass a full disk asked for."""
+        if self._reclaim_checked:
+            return
+        self._reclaim_checked = True
+        from .maintenance import reclaim_flagged
+
+        if reclaim_flagged(self.root):
+            self._reclaim()
+
+    def _reclaim(self) -> None:
+        """A reclaim pass: stale temporaries, unreferenced blobs, sqlite logs truncated, room
+        made on the file system, the size counter recounted (maintenance.evict's ``room``)."""
+        if self._reclaimed or self._index is None:
+            return
+        self._reclaimed = self._reclaim_checked = True
+        from .maintenance import GRACE, LOW_WATERMARK, flag_reclaim, unflag_reclaim
+
+        unflag_reclaim(self.root)  # a write failing from now on flags it again
+        target = int(self.max_size * LOW_WATERMARK)
+        done: int | None = None
+        try:
+            done = self._maintain(lambda: self._evict(target, GRACE, tidy=True, room=True), 0.0)
+        except Exception as error:
+            self._problems.error("cannot reclaim space in the cache", error)
+        if done is None:  # busy elsewhere or failed: the next writer tries
+            flag_reclaim(self.root, self._modes)
+
+    def _open_repaired(self) -> None:
+        """For clear, trim and verify on a cache this store refused (``repairable``): what is
+        in the place of one of its directories is removed (a link itself, never what it leads
+        to; the databases' directories moved aside), and the cache opened."""
+        if self._index is not None or not self.repairable:
+            return
+        from .maintenance import repair_top
+
+        self._repairs += repair_top(self.root)
+        odd = _not_its_own(self.root)
+        if odd is not None:
+            self.failure = self._why_unusable = odd
+            return
+        try:
+            self._index = Index(self.root, self._modes, self.max_size, self._index_damaged)
+        except Exception as error:
+            self.failure = self._why_unusable = f"cannot open the cache: {_describe(error)}"
+            return
+        self.repairable = False
 
     def _index_damaged(self, message: str) -> None:
+        self._repairs += 1
         self._problems.report("index-damaged", message)
         self._count(corruptions=1)
 
@@ -177,7 +278,16 @@ class Store:
                 self._stats_db = Stats(self.root, self._modes)
             except Exception as error:
                 self._stats_failed = True
+                self._why_no_stats = f"cannot open the statistics database: {_describe(error)}"
                 self._problems.error("cannot open the statistics database", error)
+            else:
+                if self._stats_db.rebuilt:
+                    self._repairs += 1
+                    self._problems.report(
+                        "stats-damaged",
+                        "statistics database was unreadable; moved it aside and started"
+                        " counting afresh",
+                    )
         return self._stats_db
 
     def _count(self, **deltas: int) -> None:
@@ -186,7 +296,8 @@ class Store:
             try:
                 stats.add(**deltas)
             except Exception as error:
-                self._problems.error("cannot update statistics", error)
+                if self._problems.error("cannot update statistics", error) == "disk-full":
+                    self._out_of_room()  # the size counter missed this
 
     # -- reading ------------------------------------------------------------------------
 
@@ -237,29 +348,17 @@ class Store:
     ) -> list[str]:
         """Puts into ``found`` what pack ``name`` holds of ``keys``; returns the others."""
         held = self._packs.get(name)
-        built: dict[str, Manifest] | None = None
         if held is None:
-            from .pack import decode, row_name, taken_ahead
+            from .pack import decode, row_name
 
             data = index.get_pack(row_name(name))
-            ahead = taken_ahead(self.root, name, data)
-            if ahead is not None:  # read ahead by a warm server's spare: built already
-                held = self._packs[name] = (ahead[0], set())
-                built = self._built[name] = ahead[1]
-                self.packs_read_ahead += 1
-            else:
-                held = self._packs[name] = (decode(data) if data is not None else {}, set())
-        else:
-            built = self._built.get(name)
+            held = self._packs[name] = (decode(data) if data is not None else {}, set())
         from .pack import manifest
 
         raw, answered = held
         rest: list[str] = []
         for key in keys:
-            if built is not None:
-                found_here = built.get(key)
-            else:
-                found_here = manifest(key, raw[key]) if key in raw else None
+            found_here = manifest(key, raw[key]) if key in raw else None
             if found_here is None:
                 rest.append(key)
             else:
@@ -298,16 +397,15 @@ class Store:
         return self.materialize_many([(manifest, dests)])[0] is not None
 
     def materialize_many(
-        self, items: Sequence[tuple[Manifest, Mapping[str, str]]], workers: int = 1,
+        self,
+        items: Sequence[tuple[Manifest, Mapping[str, str]]],
+        *,
         helper: Helper | None = None,
-    ) -> list[float | None]:  # fmt: skip
+    ) -> list[float | None]:
         """:meth:`materialize` for many entries: for each, the seconds its outputs took to
-        place, or None for a miss. With ``workers`` > 1 and at least FORK_MIN_OUTPUTS
-        outputs each (FORK_MIN_LINKS hard links), the hashing and placing is split across
-        forked processes (:mod:`.forked`); with a ``helper`` (a process forked earlier that
-        waits for an order, :mod:`.placing`), half goes to it instead, from
-        2 * HELPER_MIN_OUTPUTS. Entries are dropped, damage counted and problems reported
-        here."""
+        place, or None for a miss. With a ``helper`` (a process forked earlier that waits for
+        an order, :mod:`.placing`), half goes to it, from 2 * HELPER_MIN_OUTPUTS. Entries are
+        dropped, damage counted and problems reported here."""
         if self._index is None:
             return [None] * len(items)
         plans: list[tuple[int, str, int, str]] = []  # (item, digest, size, destination)
@@ -339,16 +437,10 @@ class Store:
             return [outcome, float(took)]
 
         try:
-            least = FORK_MIN_LINKS if hard_link else FORK_MIN_OUTPUTS
             if helper is not None and len(plans) >= 2 * HELPER_MIN_OUTPUTS:
                 order = (self.root, self.group_shared, hard_link)
                 placed = _helped(helper, work, len(plans), lambda share: (
                     *order, [rows[j] for j in share]), revive)  # fmt: skip
-            elif workers > 1 and len(plans) >= 2 * least:  # else no fork, no import
-                from .forked import split, workers_for
-
-                workers = workers_for(len(plans), least, workers)
-                placed = split(work, len(plans), workers, revive)
             else:
                 placed = work(range(len(plans)))
         except Exception as error:  # the store promises not to raise: all misses, then
@@ -439,9 +531,12 @@ class Store:
 
     # -- the storage protocol (store/tier.py) ----------------------------------------------
 
-    def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
-        """Each key's entry as one value (store.entry), for another tier; None for a miss or
-        an entry whose blobs are gone or damaged (re-hashed as they are encoded)."""
+    def get_many(
+        self, keys: Sequence[str], *, level: int = 0, signing_key: bytes | None = None
+    ) -> list[bytes | None]:
+        """Each key's entry as one value (store.entry), for another tier, compressed at
+        ``level`` (0: not) and signed with ``signing_key`` when given; None for a miss or an
+        entry whose blobs are gone or damaged (re-hashed as they are encoded)."""
         from . import entry
 
         values: list[bytes | None] = []
@@ -451,9 +546,13 @@ class Store:
             if manifest is not None:
                 try:
                     data: dict[str, bytes] = {}
-                    for role, (digest, _) in manifest.outputs.items():
-                        data[role] = self._blobs.read(digest)
-                    value = entry.encode(key, data, manifest.meta, manifest.outputs)
+                    for role, (digest, size) in manifest.outputs.items():
+                        blob = self._blobs.read_verified(digest, size)
+                        if blob is None:
+                            raise ValueError("a blob is gone or damaged")
+                        data[role] = blob
+                    value = entry.encode(key, data, manifest.meta, manifest.outputs,
+                                         level=level, signing_key=signing_key)  # fmt: skip
                 except (OSError, ValueError):
                     value = None  # evicted meanwhile, or a damaged blob: a miss
             values.append(value)
@@ -468,30 +567,40 @@ class Store:
         index = self._index
         if index is None:
             return
-        try:
-            rows: list[tuple[str, str]] = []
-            new_bytes = 0
-            for key, value in items:
-                if not valid_key(key):
+        self._before_write()
+        for attempt in range(_ATTEMPTS):
+            published: list[tuple[str, os.stat_result]] = []
+            try:
+                rows: list[tuple[str, str]] = []
+                new_bytes = original = 0
+                for key, value in items:
+                    if not valid_key(key):
+                        continue
+                    try:
+                        outputs, meta = entry.decode(value, key)
+                    except entry.Refused:
+                        continue
+                    refs: dict[str, tuple[str, int]] = {}
+                    for role, (digest, data) in outputs.items():
+                        _, size, stored = self._ingested(self._importer(data, digest), published)
+                        refs[role] = (digest, size)
+                        new_bytes += stored
+                        original += size if stored else 0
+                    manifest = Manifest(key, refs, {**meta, "created": time.time()})
+                    rows.append((key, manifest.encode()))
+                if not rows:
+                    return
+                index.set_entries(rows)  # blobs first, entries last, as in put()
+            except Exception as error:
+                self._withdraw(published, error)
+                if attempt < _ATTEMPTS - 1 and self._make_way(error):
                     continue
-                try:
-                    outputs, meta = entry.decode(value, key)
-                except entry.Refused:
-                    continue
-                refs: dict[str, tuple[str, int]] = {}
-                for role, (digest, data) in outputs.items():
-                    size, new = self._blobs.ingest_bytes(data, digest)
-                    refs[role] = (digest, size)
-                    new_bytes += size if new else 0
-                manifest = Manifest(key, refs, {**meta, "created": time.time()})
-                rows.append((key, manifest.encode()))
-            if not rows:
+                self._fail("cannot store in the cache", error)
                 return
-            index.set_entries(rows)  # blobs first, entries last, as in put()
-        except Exception as error:
-            self._fail("cannot store in the cache", error)
-            return
-        self._count(stores=len(rows), bytes_stored=new_bytes, size=new_bytes)
+            break
+        self._reclaimed = False
+        self._count(stores=len(rows), bytes_stored=new_bytes, bytes_original=original,
+                    size=new_bytes)  # fmt: skip
         self._maybe_evict()
 
     # -- writing ------------------------------------------------------------------------
@@ -512,29 +621,105 @@ class Store:
         index = self._index
         if index is None or not valid_key(key) or not outputs:
             return False
-        try:
-            refs: dict[str, tuple[str, int]] = {}
-            new_bytes = 0
-            for role, source in outputs.items():
-                digest, size, new = self._blobs.ingest(os.fspath(source))
-                refs[role] = (digest, size)
-                if new:
-                    new_bytes += size
-            fields: dict[str, Any] = {
-                **(meta or {}),
-                "created": time.time(),
-                "duration": float(duration),
-                "toolchain": str(toolchain),
-                "key_version": int(key_version),
-            }
-            # Blobs first, entry last: an entry never names a blob that is not yet in place.
-            index.set_entry(key, Manifest(key, refs, fields).encode())
-        except Exception as error:
-            self._fail("cannot store in the cache", error)
-            return False
-        self._count(stores=1, bytes_stored=new_bytes, size=new_bytes)
+        self._before_write()
+        for attempt in range(_ATTEMPTS):
+            published: list[tuple[str, os.stat_result]] = []
+            try:
+                refs: dict[str, tuple[str, int]] = {}
+                new_bytes = original = 0
+                for role, source in outputs.items():
+
+                    def ingest(source: str = os.fspath(source)) -> tuple[str, int, int]:
+                        return self._blobs.ingest(source)
+
+                    digest, size, stored = self._ingested(ingest, published)
+                    refs[role] = (digest, size)
+                    new_bytes += stored
+                    original += size if stored else 0
+                fields: dict[str, Any] = {
+                    **(meta or {}),
+                    "created": time.time(),
+                    "duration": float(duration),
+                    "toolchain": str(toolchain),
+                    "key_version": int(key_version),
+                }
+                # Blobs first, entry last: an entry never names a blob that is not yet in place.
+                index.set_entry(key, Manifest(key, refs, fields).encode())
+            except Exception as error:
+                self._withdraw(published, error)
+                if attempt < _ATTEMPTS - 1 and self._make_way(error):
+                    continue  # damage blocked a path: cleared, tried once more
+                self._fail("cannot store in the cache", error)
+                return False
+            break
+        self._reclaimed = False
+        self._count(stores=1, bytes_stored=new_bytes, bytes_original=original, size=new_bytes)
         self._maybe_evict()
         return True
+
+    def _ingested(
+        self, ingest: Callable[[], tuple[str, int, int]],
+        published: list[tuple[str, os.stat_result]],
+    ) -> tuple[str, int, int]:  # fmt: skip
+        """Runs ``ingest`` (one blob in: digest, size, bytes newly stored): a new blob's file
+        is noted in ``published``, for _withdraw; for one already there, a check that it is
+        a regular file, since a blob path taken by anything else (a directory) would be
+        trusted by every later put of it."""
+        digest, size, stored = ingest()
+        path = self._blobs.path(digest)
+        if not stored:
+            try:
+                regular = stat.S_ISREG(os.lstat(path).st_mode)
+            except OSError:
+                regular = True  # evicted meanwhile, or compressed: Blobs._publish checked it
+            if regular:
+                return digest, size, stored
+            from .repair import remove
+
+            if not remove(path):
+                raise IsADirectoryError(errno.EISDIR, "not a regular file", path)
+            digest, size, stored = ingest()
+            if not stored:
+                return digest, size, stored  # another put's, published meanwhile
+        path += ZST if self._blobs.level else ""
+        try:
+            published.append((path, os.stat(path)))
+        except OSError:
+            pass
+        return digest, size, stored
+
+    def _importer(self, data: bytes, digest: str) -> Callable[[], tuple[str, int, int]]:
+        """An ingest for _ingested of bytes whose digest was checked (put_many)."""
+        return lambda: (digest, *self._blobs.ingest_bytes(data, digest))
+
+    def _withdraw(
+        self, published: Sequence[tuple[str, os.stat_result]], error: BaseException
+    ) -> None:
+        """Removes the blobs a failed put published, which no entry names: left, they would
+        be bytes no counter knows of, collected by no pass the counter starts (on a full disk,
+        for good). One another put found in place since (its publish refreshed the mtime,
+        and its entry names it) is left to that put; all are left when the entry was written
+        and only its row file was not (``error`` an index.RowFileError)."""
+        from .index import RowFileError
+
+        if isinstance(error, RowFileError):
+            return
+        for path, seen in published:
+            try:
+                now = os.stat(path)
+                if (now.st_ino, now.st_dev, now.st_mtime_ns) == (
+                    seen.st_ino, seen.st_dev, seen.st_mtime_ns,
+                ):  # fmt: skip
+                    os.unlink(path)
+            except OSError:
+                pass
+
+    def _make_way(self, error: BaseException) -> bool:
+        """Clears damage that blocked a write (see store/repair.py); True if there was some."""
+        from .repair import blocked_paths, make_way
+
+        blocked = blocked_paths(self.root, error)
+        return any([make_way(self.root, path, directory) for path, directory in blocked])
 
     def _maybe_evict(self) -> None:
         stats = self._stats()
@@ -549,22 +734,47 @@ class Store:
         except Exception as error:
             self._problems.error("cannot evict from the cache", error)
 
-    def _evict(self, target: int, grace: float) -> int:
+    def _evict(self, target: int, grace: float, *, tidy: bool = False, room: bool = False) -> int:
         from .maintenance import evict
 
         assert self._index is not None
-        return evict(self._blobs, self._index, self._stats(), target, grace=grace)
+        return evict(self._blobs, self._index, self._stats(), target, grace=grace,
+                     modes=self._modes, tidy=tidy, room=room)  # fmt: skip
 
-    def _maintain(self, work: Callable[[], int], wait: float) -> int:
-        """Run a maintenance pass under the store-wide maintenance lease; skip when it is busy
-        and `wait` is 0 (someone else is already evicting), else run after `wait` regardless."""
+    def _maintain(self, work: Callable[[], int], wait: float) -> int | None:
+        """Run a maintenance pass under the store-wide maintenance lease; skip (None) when it
+        is busy and `wait` is 0 (someone else is already evicting), else run after `wait`
+        regardless. A lease that cannot be taken at all (no room for its marker, damage at
+        its path that cannot be cleared, ...) is reported and the pass runs without it, as
+        after a wait: every step tolerates a concurrent pass, and on a full disk the pass is
+        what makes room."""
         from .claims import claim
+        from .repair import make_way
 
         path = os.path.join(self.root, "locks", "maintenance.lock")
-        self._modes.makedirs(os.path.dirname(path))
-        with claim(path, self._modes.file, wait, lambda: False) as held:
+        held: Claim | None = None
+        for attempt in range(2):
+            try:
+                self._modes.makedirs(os.path.dirname(path))
+                held = claim(path, self._modes.file, wait, lambda: False)
+                break
+            except Exception as error:
+                if attempt == 0 and make_way(self.root, path):
+                    self._repairs += 1  # damage at the lock's path: verify reports it
+                    continue
+                from .problems import classify
+
+                self._problems.report(  # of its kind: a full disk is said once
+                    classify(error),
+                    f"cannot take the maintenance lock {path}: "
+                    f"{getattr(error, 'strerror', None) or _describe(error)}; "
+                    "went on without it",
+                )
+        if held is None:
+            return work()
+        with held:
             if not held.acquired and wait <= 0:
-                return 0
+                return None
             return work()
 
     # -- claims -------------------------------------------------------------------------
@@ -611,7 +821,8 @@ class Store:
 
             from . import behind
 
-            work = (self.max_size, self.group_shared, list(memos), list(entries))
+            work = (self.max_size, self.group_shared, list(memos), list(entries),
+                    self.compression_level)  # fmt: skip
             try:
                 with self._blobs.temp_file() as (fd, path):
                     write_all(fd, marshal.dumps(work))
@@ -675,21 +886,31 @@ class Store:
         self._count(**deltas)
 
     def stats(self) -> dict[str, int | float]:
-        """Counters shared by every process, plus current entries, size and limit."""
+        """Counters shared by every process, plus current entries, size and limit (zeros for
+        what cannot be read; ``failure`` then says why)."""
         from .stats import COUNTERS
 
+        self.failure = None
         self.settle()
         counts: dict[str, int] = dict.fromkeys(COUNTERS, 0)
         entries = 0
         stats = self._stats() if self._index is not None else None
+        if self._index is None:
+            self.failure = self._why_unusable
+        elif stats is None:
+            self.failure = self._why_no_stats
         try:
             if stats is not None:
-                stats.fold()  # what links left pending since this process opened it
+                try:
+                    stats.fold()  # what links left pending since this process opened it
+                except Exception as error:  # a full disk: read what the database has
+                    self._problems.error("cannot add the counts links left pending", error)
                 counts = stats.all()
             if self._index is not None:
                 entries = self._index.count_entries()
         except Exception as error:
-            self._problems.error("cannot read statistics", error)
+            self._fail("cannot read statistics", error, report=False)
+            self.failure = f"cannot read statistics: {self._failed(error)}"
         result: dict[str, int | float] = {
             k: v for k, v in counts.items() if k not in ("time_saved_us", "size")
         }
@@ -699,48 +920,146 @@ class Store:
         result["max_size"] = self.max_size
         return result
 
+    def zero_stats(self) -> bool:
+        """Every statistics counter back to 0 (not ``size``: what the store holds); False
+        when the statistics cannot be written."""
+        if self._index is None:
+            return False
+        self.settle()  # a writer still running would add counts from before
+        stats = self._stats()
+        if stats is None:
+            return False
+        try:
+            stats.zero()
+        except Exception as error:
+            self._problems.error("cannot zero the statistics", error)
+            return False
+        return True
+
     # -- maintenance --------------------------------------------------------------------
 
-    def clear(self) -> None:
-        """Remove every entry, memo and blob (statistics are kept)."""
+    def clear(self) -> bool:
+        """Remove every entry, memo and blob (statistics are kept); False (and ``failure``
+        says why) if that could not be done."""
+        self.failure = None
+        self._open_repaired()
         if self._index is None:
-            return
+            self.failure = self._why_unusable
+            return False
         self.settle()  # else a writer still running would put entries back afterwards
+        from .maintenance import checkpoint_databases, flag_reclaim, repair_layout, unflag_reclaim
+
+        def work() -> int:
+            index = self._index
+            assert index is not None
+            repair_layout(self.root)
+            # The files first: on a full disk sqlite cannot even map its shared memory, let
+            # alone log the deletions, until they are gone.
+            for info in list(self._blobs.scan()):
+                self._blobs.remove(info.digest)
+            index.rows.keep_only(set())
+            checkpoint_databases(self.root, self._modes)
+            left = next(iter(self._blobs.scan()), None)
+            if left is not None:
+                os.unlink(left.path)  # says why it could not be removed (read-only, ...)
+            try:
+                index.clear()
+            except Exception:
+                # Still no room for sqlite (or its database is beyond use): the database goes
+                # with its rows, and the next writer starts a fresh one.
+                index.close()
+                for suffix in ("", "-wal", "-shm"):
+                    try:
+                        os.unlink(os.path.join(self.root, "index", "cache.db" + suffix))
+                    except FileNotFoundError:
+                        pass
+                flag_reclaim(self.root, self._modes)  # the size counter: the next writer's
+                return 0
+            freed = self._evict(0, 0.0, tidy=True)
+            stats = self._stats()
+            if stats is not None:
+                stats.set("size", 0)
+            unflag_reclaim(self.root)
+            return freed
+
         try:
-
-            def work() -> int:
-                assert self._index is not None
-                self._index.clear()
-                freed = self._evict(0, 0.0)
-                stats = self._stats()
-                if stats is not None:
-                    stats.set("size", 0)
-                return freed
-
             self._maintain(work, 30.0)
         except Exception as error:
-            self._fail("cannot clear the cache", error)
+            self.failure = self._failed(error)
+            self._fail("cannot clear the cache", error, report=False)
+        return self.failure is None
 
     def trim(self, max_size: int | None = None) -> int:
-        """Evict least recently used blobs until at most `max_size` bytes remain; bytes freed."""
+        """Evict least recently used blobs until at most `max_size` bytes remain; bytes freed.
+        Also what a reclaim does (unreferenced blobs, stale temporaries, sqlite logs, and room
+        on the file system if a write found it full). ``failure`` says why it could not."""
+        self.failure = None
+        self._open_repaired()
         if self._index is None:
+            self.failure = self._why_unusable
             return 0
-        from .maintenance import GRACE
+        from .maintenance import (
+            GRACE,
+            flag_reclaim,
+            reclaim_flagged,
+            repair_layout,
+            shortfall,
+            unflag_reclaim,
+        )
 
         target = self.max_size if max_size is None else int(max_size)
         self.settle()
+        # A write found the disk full, or it is now: trim makes room as a reclaim does.
+        room = reclaim_flagged(self.root) or shortfall(self.root, []) != (0, 0)
+
+        def work() -> int:
+            repair_layout(self.root)
+            if room:
+                unflag_reclaim(self.root)
+            return self._evict(target, GRACE, tidy=True, room=room)
+
         try:
-            return self._maintain(lambda: self._evict(target, GRACE), 30.0)
+            return self._maintain(work, 30.0) or 0
         except Exception as error:
-            self._fail("cannot trim the cache", error)
+            if room:
+                flag_reclaim(self.root, self._modes)
+            self.failure = self._failed(error)
+            self._fail("cannot trim the cache", error, report=False)
+            return 0
+
+    def evict_older_than(self, age: float) -> int:
+        """Evict every entry not used for ``age`` seconds (store/age.py); bytes freed."""
+        if self._index is None:
+            return 0
+        from .age import evict_older_than
+
+        self.settle()
+
+        def work() -> int:
+            assert self._index is not None
+            return evict_older_than(self._blobs, self._index, self._stats(), age)
+
+        try:
+            return self._maintain(work, 30.0) or 0
+        except Exception as error:
+            self.failure = self._failed(error)
+            self._fail("cannot trim the cache", error, report=False)
             return 0
 
     def verify(self) -> VerifyReport:
-        """Re-hash every blob; drop corrupt blobs and the entries that refer to them."""
+        """Re-hash every blob; drop corrupt blobs and the entries that refer to them; repair
+        the store's paths and databases. The report's ``problem`` (and ``failure``) says what
+        could not be checked."""
+        from dataclasses import replace
+
         from .maintenance import VerifyReport, verify
 
+        self.failure = None
+        repairs = self._repairs
+        self._open_repaired()
         if self._index is None:
-            return VerifyReport()
+            self.failure = self._why_unusable
+            return VerifyReport(repaired=self._repairs - repairs, problem=self.failure)
         self.settle()
         report = VerifyReport()
 
@@ -748,14 +1067,27 @@ class Store:
             nonlocal report
             assert self._index is not None
             report = verify(self._blobs, self._index)
+            # The statistics database, opened afresh: one that is not a database is moved aside.
+            self._close_stats()
+            self._stats_failed = False
+            if self._stats() is None:
+                report = replace(report, problem=report.problem or self._why_no_stats)
             return 0
 
         try:
             self._maintain(work, 30.0)
         except Exception as error:
-            self._fail("cannot verify the cache", error)
+            self._fail("cannot verify the cache", error, report=False)
+            report = replace(report, problem=report.problem or self._failed(error))
+        report = replace(report, repaired=report.repaired + self._repairs - repairs)
+        left = self._room_left() if report.problem is not None else None
+        if left is not None and "on the cache's file system" not in (report.problem or ""):
+            report = replace(
+                report, problem=f"{report.problem} ({left} on the cache's file system)"
+            )
         if report.blobs_corrupt:
             self._count(corruptions=report.blobs_corrupt)
+        self.failure = report.problem
         return report
 
     # -- memo ---------------------------------------------------------------------------
@@ -822,3 +1154,10 @@ class Store:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _describe(error: BaseException) -> str:
+    """An error in a few words, for ``Store.failure``, as warnings put it."""
+    from .problems import classify, describe
+
+    return describe(error, classify(error))

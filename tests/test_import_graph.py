@@ -8,7 +8,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).parent.parent
-PACKAGES = ("cached_dist", "store")
+PACKAGES = ("cached_dist", "store", "procs")
 
 
 def module_name(path: Path) -> str:
@@ -107,6 +107,13 @@ def test_no_import_cycles() -> None:
 def test_the_store_imports_nothing_of_cached_dist() -> None:
     leaks = {m: sorted(t for t in ts if t.startswith("cached_dist"))
              for m, ts in graph().items() if m.startswith("store")}  # fmt: skip
+    assert {m: t for m, t in leaks.items() if t} == {}
+
+
+def test_procs_imports_neither_the_store_nor_cached_dist() -> None:
+    """The process machinery is below both: they use it, it knows nothing of keys or blobs."""
+    leaks = {m: sorted(t for t in ts if not t.startswith("procs"))
+             for m, ts in graph().items() if m.startswith("procs")}  # fmt: skip
     assert {m: t for m, t in leaks.items() if t} == {}
 
 

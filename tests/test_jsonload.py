@@ -69,3 +69,22 @@ def test_loading_does_not_import_json_but_errors_read_as_its_own() -> None:
     first, error = done.stdout.splitlines()
     assert first == "[]"
     assert error == "JSONDecodeError " + str(outcome(json.loads, '{"a": [1,, 2]}')[1])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+        lambda inner: (
+            st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+        ),
+        max_leaves=20,
+    )
+)
+def test_dumps_is_json_dumps(value: object) -> None:
+    assert jsonload.dumps(value) == json.dumps(value, separators=(",", ":"))
+
+
+def test_dumps_refuses_what_json_refuses() -> None:
+    with pytest.raises(TypeError, match="Object of type bytes is not JSON serializable"):
+        jsonload.dumps({"a": b"x"})

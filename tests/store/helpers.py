@@ -10,6 +10,10 @@ from pathlib import Path
 
 import pytest
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from store import Store
+
 
 def content(key: str, max_len: int = 16384) -> bytes:
     """Deterministic bytes for a key, so any process can check what it was served."""
@@ -36,13 +40,48 @@ class Warnings:
         return "\n".join(self.messages)
 
 
-def try_mount_tmpfs(target: Path, size: str) -> bool:
-    """Mount a small tmpfs (needs root and CAP_SYS_ADMIN); False when the test must skip."""
+def fill(directory: Path, name: str = "filler") -> Path:
+    """A file that takes every byte left on ``directory``'s file system."""
+    path = directory / name
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    try:
+        chunk = b"\0" * 65536
+        while True:
+            try:
+                os.write(fd, chunk)
+            except OSError:
+                if len(chunk) == 1:
+                    break
+                chunk = chunk[: len(chunk) // 2]
+    finally:
+        os.close(fd)
+    return path
+
+
+def put(s: Store, tmp: Path, key: str, data: bytes) -> bool:
+    """``data`` stored as the one output of ``key``."""
+    src = write(tmp / f"src-{key}", data)
+    return s.put(key, {"obj": src}, duration=1.0, toolchain="t", key_version=1)
+
+
+def served(s: Store, tmp: Path, key: str) -> bytes | None:
+    """The bytes a hit on ``key`` places, None for a miss."""
+    m = s.get(key)
+    dest = tmp / f"out-{key}"
+    if m is None or not s.materialize(m, {"obj": str(dest)}):
+        return None
+    return dest.read_bytes()
+
+
+def try_mount_tmpfs(target: Path, size: str, options: str = "") -> bool:
+    """Mount a small tmpfs (needs root and CAP_SYS_ADMIN); False when the test must skip.
+    ``options``: more mount options (``nr_inodes=64``)."""
     if os.geteuid() != 0 or not sys.platform.startswith("linux"):
         return False
     target.mkdir(parents=True, exist_ok=True)
+    more = f",{options}" if options else ""
     result = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(target)],
+        ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755{more}", "tmpfs", str(target)],
         capture_output=True,
         check=False,
     )

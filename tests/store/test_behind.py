@@ -75,9 +75,9 @@ def test_the_writer_holds_none_of_the_callers_pipes(tmp_path: Path) -> None:
         s.write_behind([("ns", "k", "from a child")], [])
         print("returned")
     """)
-    with _index_locked(root):
+    with _index_locked(root):  # held pipes would be held until it is released: a hang
         out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                             timeout=8, cwd=Path(__file__).parent.parent.parent)  # fmt: skip
+                             timeout=60, cwd=Path(__file__).parent.parent.parent)  # fmt: skip
         assert out.returncode == 0 and out.stdout == "returned\n", out.stderr
         assert Store(root).memo_get("ns", "k") is None  # the pipes closed before the write
     Store(root).settle()

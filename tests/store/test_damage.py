@@ -316,20 +316,18 @@ def test_hard_link_serving_copies_where_it_cannot_link(tmp_path: Path) -> None:
         dest.unlink(missing_ok=True)
 
 
-@pytest.mark.parametrize("workers", [1, 2, "helper"])
-def test_materialize_many_places_verifies_and_reports_here(
-    tmp_path: Path, workers: int | str
-) -> None:
-    """Many hits at once (placed by two processes with workers=2, or half by a helper forked
-    before): every byte checked, a damaged or missing blob a miss whose entry goes, an
-    unwritable place a miss reported once by this process, whichever process placed it."""
-    from store.forked import start
+@pytest.mark.parametrize("helped", [False, True])
+def test_materialize_many_places_verifies_and_reports_here(tmp_path: Path, helped: bool) -> None:
+    """Many hits at once (placed here, or half by a helper forked before): every byte
+    checked, a damaged or missing blob a miss whose entry goes, an unwritable place a miss
+    reported once by this process, whichever process placed it; placing forks nothing."""
+    from procs.forked import start
     from store.placing import place_order
-    from store.store import FORK_MIN_OUTPUTS
+    from store.store import HELPER_MIN_OUTPUTS
 
     w = Warnings()
     s = Store(tmp_path / "c", warn=w)
-    count = 2 * FORK_MIN_OUTPUTS + 3
+    count = 2 * HELPER_MIN_OUTPUTS + 3
     keys = [f"{i:04x}" for i in range(count)]
     for i, key in enumerate(keys):
         assert put(s, tmp_path, key, content(key, 100 + i))
@@ -343,14 +341,14 @@ def test_materialize_many_places_verifies_and_reports_here(
     dests[7] = {"obj": str(tmp_path / "no-such-dir" / "x.o")}
     dests[8] = {"other-role": str(out / "y.o")}
     helper = None
-    if workers == "helper":
+    if helped:
         helper = start(list, then=place_order)
         assert helper is not None and helper.collect(lambda v: v) == []
     with pytest.MonkeyPatch.context() as mp:
         forks = counting_forks(mp)
         items = [(m, d) for m, d in zip(manifests, dests, strict=True) if m is not None]
-        took = s.materialize_many(items, 1 if helper else int(workers), helper)
-    assert len(forks) == (0 if helper else int(workers) - 1)
+        took = s.materialize_many(items, helper=helper)
+    assert forks == []
     if helper is not None:
         helper.cancel()
     missed = {i for i, t in enumerate(took) if t is None}
@@ -376,7 +374,7 @@ def test_a_helper_places_every_other_output_and_one_that_failed_leaves_them_here
     import signal
 
     import store.store
-    from store.forked import start
+    from procs.forked import start
     from store.placing import place, place_order
     from store.store import HELPER_MIN_OUTPUTS
 
@@ -404,7 +402,7 @@ def test_a_helper_places_every_other_output_and_one_that_failed_leaves_them_here
         here.clear()
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(store.store, "place", counted)  # in this process only
-            took = s.materialize_many(items, 1, helper)
+            took = s.materialize_many(items, helper=helper)
         helper.cancel()
         assert None not in took
         assert all((out / f"{k}.o").read_bytes() == content(k, 50 + i)
@@ -412,31 +410,6 @@ def test_a_helper_places_every_other_output_and_one_that_failed_leaves_them_here
         odd = [str(out / f"{k}.o") for k in keys[1::2]]
         assert sorted(here) == sorted(odd if case == "helped" else [d["obj"] for _, d in items])
         assert ((out / f"{keys[0]}.o").stat().st_nlink > 1) == hard_link  # the helper's
-
-
-def test_hard_links_are_forked_for_only_in_larger_numbers(tmp_path: Path) -> None:
-    """A hard link costs less than half a copy: a fork pays for links from twice as many
-    outputs (FORK_MIN_LINKS) as for copies; every link is still verified and placed."""
-    from store.store import FORK_MIN_LINKS, FORK_MIN_OUTPUTS
-
-    s = Store(tmp_path / "c", hard_link=True)
-    keys = [f"{i:04x}" for i in range(2 * FORK_MIN_LINKS)]
-    for i, key in enumerate(keys):
-        assert put(s, tmp_path, key, content(key, 10 + i))
-    manifests = [m for k in keys if (m := s.get(k)) is not None]
-    assert len(manifests) == len(keys) and FORK_MIN_LINKS > FORK_MIN_OUTPUTS
-    for count, expected_forks in ((2 * FORK_MIN_OUTPUTS, 0), (2 * FORK_MIN_LINKS, 1)):
-        out = tmp_path / f"out{count}"
-        out.mkdir()
-        pairs = list(zip(keys, manifests, strict=True))[:count]
-        items = [(m, {"obj": str(out / f"{k}.o")}) for k, m in pairs]
-        with pytest.MonkeyPatch.context() as mp:
-            forks = counting_forks(mp)
-            took = s.materialize_many(items, 2)
-        assert len(forks) == expected_forks and None not in took
-        assert all((out / f"{k}.o").read_bytes() == content(k, 10 + i)
-                   for i, k in enumerate(keys[:count]))  # fmt: skip
-        assert (out / f"{keys[0]}.o").stat().st_nlink > 1  # linked, not copied
 
 
 def test_large_placings_copy_through_a_stage_where_they_may(

@@ -41,7 +41,7 @@ def test_a_value_round_trips_under_its_key() -> None:
     assert {role: data for role, (_, data) in outputs.items()} == OUTPUTS
     assert all(d == xxhash.xxh3_128_hexdigest(OUTPUTS[r]) for r, (d, _) in outputs.items())
     assert meta == META
-    assert _value().startswith(b"CDR2")
+    assert _value().startswith(b"CDR3")
 
 
 def test_a_whole_value_of_another_key_is_refused_as_such() -> None:
@@ -64,10 +64,18 @@ def test_old_and_later_formats_read_as_misses_not_damage() -> None:
     header = json.dumps({"outputs": _listed(), "meta": META}, separators=(",", ":")).encode()
     old = b"CDR1" + len(header).to_bytes(4, "big") + header + b"".join(OUTPUTS.values())
     assert _reason(old) == "format"
-    assert _reason(b"CDR3" + _value()[4:]) == "format"
-    # A later writer's header field (compression, mac: issue 43) this reader cannot honour.
-    later = {"key": KEY, "outputs": _listed(), "meta": META, "compression": "zstd"}
-    assert _reason(_framed(later, b"".join(OUTPUTS.values()))) == "format"
+    assert _reason(b"CDR4" + _value()[4:]) == "format"
+    # A later writer's header field, or a scheme, this reader cannot honour.
+    body = b"".join(OUTPUTS.values())
+    later = {"key": KEY, "outputs": _listed(), "meta": META, "compression": "none"}
+    assert _reason(_framed({**later, "dictionary": "d1"}, body)) == "format"
+    assert _reason(_framed({**later, "compression": "brotli"}, body)) == "format"
+    assert _reason(_framed({**later, "mac": "hmac-sha512"}, body + bytes(32))) == "format"
+    # A version-2 value (before issue 43) reads as it did; one with a version-3 field is a miss.
+    v2 = {"key": KEY, "outputs": _listed(), "meta": META}
+    outputs, meta = entry.decode(b"CDR2" + _framed(v2, body)[4:], KEY)
+    assert {role: data for role, (_, data) in outputs.items()} == OUTPUTS and meta == META
+    assert _reason(b"CDR2" + _framed(later, body)[4:]) == "format"
 
 
 @pytest.mark.parametrize("case", [
@@ -75,11 +83,12 @@ def test_old_and_later_formats_read_as_misses_not_damage() -> None:
     "header too long", "header digest", "not json", "not an object", "no key", "key not str",
     "no outputs", "empty outputs", "meta not object", "not a triple", "bad digest",
     "negative size", "duplicate role", "cut output", "trailing bytes", "flipped output",
+    "no compression",
 ])  # fmt: skip
 def test_damaged_values_are_refused(case: str) -> None:
     value = _value()
     body = b"".join(OUTPUTS.values())
-    whole = {"key": KEY, "outputs": _listed(), "meta": META}
+    whole = {"key": KEY, "outputs": _listed(), "meta": META, "compression": "none"}
     listed = _listed()
     bad: object = {
         "not bytes": "CDR2",
@@ -93,9 +102,10 @@ def test_damaged_values_are_refused(case: str) -> None:
         "not json": entry.PREFIX + (2).to_bytes(4, "big") + xxhash.xxh3_128_digest(b"{x")
         + b"{x",
         "not an object": _framed([KEY], body),
-        "no key": _framed({"outputs": listed, "meta": META}, body),
+        "no key": _framed({"outputs": listed, "meta": META, "compression": "none"}, body),
+        "no compression": _framed({"key": KEY, "outputs": listed, "meta": META}, body),
         "key not str": _framed({**whole, "key": 0xAA11}, body),
-        "no outputs": _framed({"key": KEY, "meta": META}, body),
+        "no outputs": _framed({"key": KEY, "meta": META, "compression": "none"}, body),
         "empty outputs": _framed({**whole, "outputs": []}, b""),
         "meta not object": _framed({**whole, "meta": []}, body),
         "not a triple": _framed({**whole, "outputs": [listed[0][:2]]}, body),
@@ -131,3 +141,98 @@ def test_a_store_imports_no_value_under_another_key(tmp_path: Path) -> None:
     assert m is not None and b.stats()["stores"] == 1 and b.stats()["entries"] == 1
     assert b.materialize(m, {"obj": str(tmp_path / "out")})
     assert (tmp_path / "out").read_bytes() == b"object of aa11"
+
+
+SIGNING, OTHER_SIGNING = b"team secret " * 3, b"another team's secret"
+
+
+@pytest.mark.parametrize("level", [1, 3, 19])
+def test_a_compressed_value_round_trips_and_is_smaller(level: int) -> None:
+    outputs = {"output0": b"\x7fELF" + bytes(range(256)) * 200, "output1": b"side" * 100}
+    value = entry.encode(KEY, outputs, META, level=level)
+    header = json.loads(value[entry.FRAME : entry.FRAME + int.from_bytes(value[4:8], "big")])
+    assert header["compression"] == "zstd"
+    assert len(value) * 5 < sum(map(len, outputs.values()))
+    decoded, meta = entry.decode(value, KEY)
+    assert {r: d for r, (_, d) in decoded.items()} == outputs and meta == META
+    plain = entry.encode(KEY, outputs, META)
+    plain_header = plain[entry.FRAME : entry.FRAME + int.from_bytes(plain[4:8], "big")]
+    assert json.loads(plain_header)["compression"] == "none"
+
+
+def _compressed_framed(listed: list[list[object]], frame: bytes) -> bytes:
+    return _framed({"key": KEY, "outputs": listed, "meta": META, "compression": "zstd"}, frame)
+
+
+@pytest.mark.parametrize("case", [
+    "not a frame", "raw bytes", "cut frame", "trailing frame bytes", "two frames",
+    "frame of another size", "frame larger than declared", "other content",
+])  # fmt: skip
+def test_damaged_compressed_values_are_refused_before_any_output_is_used(case: str) -> None:
+    from store import zstd
+
+    body = b"".join(OUTPUTS.values())
+    frame = zstd.compress(body)
+    listed = _listed()
+    bad = {
+        "not a frame": _compressed_framed(listed, b"garbage" * 10),
+        "raw bytes": _compressed_framed(listed, body),
+        "cut frame": _compressed_framed(listed, frame[:-2]),
+        "trailing frame bytes": _compressed_framed(listed, frame + b"\0"),
+        "two frames": _compressed_framed(listed, frame + frame),
+        "frame of another size": _compressed_framed(listed, zstd.compress(body + b"x")),
+        # A frame declaring 1 GiB is refused from its header, never decompressed.
+        "frame larger than declared": _compressed_framed(listed, zstd.compress(bytes(1 << 30))),
+        "other content": _compressed_framed(listed, zstd.compress(body[::-1])),
+    }[case]  # fmt: skip
+    assert _reason(bad) == "damaged"
+
+
+def test_every_flipped_byte_of_a_compressed_value_is_caught() -> None:
+    value = entry.encode(KEY, OUTPUTS, META, level=3)
+    for i in range(len(value)):
+        bad = bytearray(value)
+        bad[i] ^= 0x01
+        with pytest.raises(entry.Refused):
+            entry.decode(bytes(bad), KEY)
+
+
+@pytest.mark.parametrize("level", [0, 1])
+def test_a_signed_value_verifies_only_under_its_key_and_the_signing_key(level: int) -> None:
+    signed = entry.encode(KEY, OUTPUTS, META, level=level, signing_key=SIGNING)
+    outputs, _ = entry.decode(signed, KEY, SIGNING)
+    assert {r: d for r, (_, d) in outputs.items()} == OUTPUTS
+    # Readers without a key still use it (its digests are checked as ever).
+    assert entry.decode(signed, KEY)[0] == outputs
+    # Unsigned, signed with another key, or tag damaged: rejected by a reader with the key.
+    assert _reason_signed(entry.encode(KEY, OUTPUTS, META, level=level)) == "rejected"
+    other = entry.encode(KEY, OUTPUTS, META, level=level, signing_key=OTHER_SIGNING)
+    assert _reason_signed(other) == "rejected"
+    assert _reason_signed(signed[:-1] + bytes([signed[-1] ^ 1])) == "rejected"
+    assert _reason_signed(signed[:-32]) in ("rejected", "damaged")
+    # A version-2 value carries no MAC: rejected too.
+    v2 = {"key": KEY, "outputs": _listed(), "meta": META}
+    assert _reason_signed(b"CDR2" + _framed(v2, b"".join(OUTPUTS.values()))[4:]) == "rejected"
+    # Another key's value, validly signed by the same team, under this key: never used.
+    theirs = entry.encode(OTHER, OUTPUTS, META, level=level, signing_key=SIGNING)
+    assert _reason_signed(theirs) == "key"
+    # Its header rewritten to name this key (digest recomputed): the MAC no longer verifies.
+    head = int.from_bytes(theirs[4:8], "big")
+    header = theirs[entry.FRAME : entry.FRAME + head].replace(b'"bb22"', b'"aa11"')
+    forged = _framed(json.loads(header), theirs[entry.FRAME + head :])
+    assert _reason_signed(forged) == "rejected"
+
+
+def test_every_flipped_byte_of_a_signed_value_is_caught() -> None:
+    value = entry.encode(KEY, OUTPUTS, META, level=1, signing_key=SIGNING)
+    for i in range(len(value)):
+        bad = bytearray(value)
+        bad[i] ^= 0x01
+        with pytest.raises(entry.Refused):
+            entry.decode(bytes(bad), KEY, SIGNING)
+
+
+def _reason_signed(value: bytes) -> str:
+    with pytest.raises(entry.Refused) as refused:
+        entry.decode(value, KEY, SIGNING)
+    return refused.value.reason

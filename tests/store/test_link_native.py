@@ -216,7 +216,7 @@ def test_a_placing_ends_as_it_does_without_the_placer(
         out.mkdir()
         (out / f"{keys[3]}.o").write_bytes(b"an earlier output")
         took = s.materialize_many([(m, {"obj": str(out / f"{k}.o")})
-                                   for k, m in zip(keys, manifests, strict=True)], 1)  # fmt: skip
+                                   for k, m in zip(keys, manifests, strict=True)])  # fmt: skip
         placed = [t is not None for t in took]
         outputs = {p.name: p.read_bytes() for p in sorted(out.iterdir())}
         linked = [(out / f"{k}.o").stat().st_nlink > 1 for k, ok in zip(keys, placed, strict=True)

@@ -34,7 +34,7 @@ def _as_a_link_starts() -> None:
 def _hold_then(sig: int, done: str) -> None:
     _as_a_link_starts()
     with SignalsHeld():
-        os.kill(os.getpid(), sig)
+        signal.raise_signal(sig)
         Path(done).write_text("placed")  # still runs: the signal waits for the block's end
     Path(done).write_text("after")  # never runs: the signal ends the process here
     os._exit(0)
@@ -50,24 +50,54 @@ def test_signal_waits_for_the_block_then_ends_the_process(tmp_path: Path, sig: i
     assert done.read_text() == "placed"
 
 
+def _dropped_then(done: str) -> None:
+    """As CPython does with a signal that reaches its C handler just before the default
+    disposition is given back: the C handler wrote it to the wakeup fd, and the Python
+    handler that would have noted it is never run."""
+    _as_a_link_starts()
+    with SignalsHeld() as held:
+        assert held.wakeup is not None
+        os.write(held.wakeup[1], bytes([signal.SIGTERM]))
+        Path(done).write_text("placed")
+    Path(done).write_text("after")  # never runs
+    os._exit(0)
+
+
+def test_a_signal_python_dropped_while_giving_dispositions_back_still_ends_it(
+    tmp_path: Path,
+) -> None:
+    done = tmp_path / "done"
+    p = CTX.Process(target=_dropped_then, args=(str(done),))
+    p.start()
+    p.join(30)
+    assert p.exitcode == -signal.SIGTERM
+    assert done.read_text() == "placed"
+
+
 def test_sigint_raises_keyboardinterrupt_after_the_block(tmp_path: Path) -> None:
+    # Python's own SIGINT handler, as a link started from a terminal has it: a process
+    # started in the background by a shell without job control inherits SIGINT ignored,
+    # and Python then leaves it so (held or not, nothing would come).
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     got = []
     try:
         with SignalsHeld():
-            os.kill(os.getpid(), signal.SIGINT)
+            signal.raise_signal(signal.SIGINT)  # to this thread: noted before it returns
             got.append("placed")
         got.append("after")
     except KeyboardInterrupt:
         got.append("interrupted")
+    finally:
+        now = signal.signal(signal.SIGINT, previous)
     assert got == ["placed", "interrupted"]
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert now is signal.default_int_handler
 
 
 def test_ignored_signal_stays_ignored(tmp_path: Path) -> None:
     previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:
         with SignalsHeld():
-            os.kill(os.getpid(), signal.SIGHUP)
+            signal.raise_signal(signal.SIGHUP)
         assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGHUP, previous)

@@ -1,13 +1,12 @@
-"""Work split across forked copies of this process, for the per-job parts of a large link.
+"""Work done in a forked copy of this process: a served link's early worker and its standby.
 
-A full hit of a few thousand jobs spends most of its time in per-job work that is
-independent from job to job: decoding shards, hashing and placing objects. LLD waits idle
-meanwhile, so on a machine with a spare core a second process halves that time. Plain fork
-and a pipe per worker: no pool, no imports, no pickling of code; each worker takes every
-``workers``-th item and sends back its results marshalled (the interpreter's own serializer,
-built in: json would cost the link ~7 ms of imports, re and enum with it). A worker that
-fails, dies or sends something unreadable leaves its share to be done here, so the result
-never depends on the workers.
+A warm server's child decodes most of a large link's per-link shards in a worker while it
+checks the job file and opens the store, and has the worker place half of the hits' outputs
+after the commit (cached_dist/serve/early.py, store/placing.py). Plain fork and a pipe per
+worker: no pool, no imports, no pickling of code; the worker sends back its results
+marshalled (the interpreter's own serializer, built in: json would cost the link ~7 ms of
+imports, re and enum with it). A worker that fails, dies or sends something unreadable
+leaves its work to be done here, so the result never depends on the worker.
 
 A :func:`standby` is such a worker forked before its work is known (a warm server's spare
 forks the early worker of the link it will serve): told what to do, it works as a started
@@ -22,11 +21,11 @@ from __future__ import annotations
 import contextlib
 import os
 
-from .fsutil import proc_stat, write_all
+from . import proc_stat, write_all
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable
     from typing import Any, TypeVar
 
     R = TypeVar("R")
@@ -36,55 +35,6 @@ if TYPE_CHECKING:
 
 
 STOPPED_CHECK = 0.1  # seconds between looks at whether a silent worker is stopped
-
-
-def workers_for(count: int, least: int, available: int) -> int:
-    """How many processes to split ``count`` items over, each worth forking for: at least
-    ``least`` items each (a fork and a worker's results cost a few milliseconds), at most
-    ``available`` (the CPUs the link may use)."""
-    return max(1, min(available, count // least))
-
-
-def split(
-    work: Callable[[Sequence[int]], list[R]],
-    count: int,
-    workers: int,
-    revive: Callable[[Any], R],
-    extra: Callable[[], object] | None = None,
-    take_extra: Callable[[Any], None] | None = None,
-) -> list[R]:
-    """``work`` over the indices ``range(count)``, split across ``workers`` processes (this
-    one included); returns the results in index order.
-
-    ``work(indices)`` returns one result per index, made of what marshal carries (str, int,
-    float, bool, None, lists and tuples of them); ``revive`` turns one that came back from a
-    worker into the result (raising ValueError or TypeError if it is not one). A
-    worker also sends back ``extra()`` (what it learned on the way), handed to ``take_extra``
-    here.
-    """
-    shares = [list(range(w, count, workers)) for w in range(workers)]
-    results: list[R | None] = [None] * count
-    started: list[tuple[Worker | None, list[int]]] = []
-    try:
-        for share in shares[1:]:
-            started.append((start(_on(work, share), extra), share))
-        for i, value in zip(shares[0], work(shares[0]), strict=True):
-            results[i] = value
-        for worker, share in started:
-            done = worker.collect(revive, take_extra, len(share)) if worker is not None else None
-            if done is None:
-                done = work(share)  # the worker failed: its share is done here
-            for i, value in zip(share, done, strict=True):
-                results[i] = value
-    finally:
-        for worker, _ in started:  # only when this process failed
-            if worker is not None:
-                worker.cancel()
-    return results  # type: ignore[return-value]
-
-
-def _on(work: Callable[[Sequence[int]], list[R]], share: list[int]) -> Callable[[], list[R]]:
-    return lambda: work(share)
 
 
 class Worker:
@@ -228,8 +178,10 @@ def start(
     work: Callable[[], list[Any]], extra: Callable[[], object] | None = None,
     first: Callable[[], Any] | None = None, then: Callable[[Any], Any] | None = None,
 ) -> Worker | None:  # fmt: skip
-    """``work()`` in a forked copy of this process, which sends back its results and
-    ``extra()`` marshalled (see :func:`split`); None if no process can be forked now.
+    """``work()`` in a forked copy of this process, which sends back its results (made of
+    what marshal carries: str, int, float, bool, None, lists and tuples of them) and
+    ``extra()`` (what it learned on the way), marshalled; None if no process can be forked
+    now. :meth:`Worker.collect` turns each result back into one.
     ``first()``, if given, is worked out and sent before ``work()`` begins, for
     :meth:`Worker.first` to take while the worker goes on. With ``then``, the worker then
     waits for one :meth:`Worker.order` and sends back ``then(order)`` (for

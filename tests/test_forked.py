@@ -1,4 +1,5 @@
-"""store/forked.py: work split across forked processes gives what one process gives."""
+"""procs/forked.py: a forked worker (and a standby forked ahead of its work) gives what it
+worked out, or fails so that the caller does the work itself."""
 
 from __future__ import annotations
 
@@ -7,73 +8,79 @@ import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).parent.parent.parent
+ROOT = Path(__file__).parent.parent
 
 
-def test_split_results_in_order_and_no_serializer_imported() -> None:
-    """Results cross the pipe marshalled: a large link that forks imports no json (nor re
-    and enum), which would cost it ~7 ms."""
+def test_results_come_back_in_order_and_no_serializer_is_imported() -> None:
+    """Results cross the pipe marshalled: a served link that forks its early worker imports
+    no json (nor re and enum), which would cost it ~7 ms."""
     code = (
         "import os, sys\n"
-        "from store.forked import split\n"
+        "from procs.forked import start\n"
         "parent = os.getpid()\n"
-        "def work(share):\n"
-        "    return [(i, f'item {i}', [os.getpid() != parent, None, 1.5]) for i in share]\n"
+        "def work():\n"
+        "    return [(i, f'item {i}', [os.getpid() != parent, None, 1.5]) for i in range(300)]\n"
         "def revive(v):\n"
         "    i, text, rest = v\n"
         "    return (int(i), str(text), list(rest))\n"
-        "out = split(work, 300, 3, revive, lambda: [('a', 'b')], lambda x: print(x))\n"
+        "worker = start(work, lambda: [('a', 'b')])\n"
+        "learned = []\n"
+        "out = worker.collect(revive, learned.append, 300)\n"
+        "worker.cancel()\n"
         "assert [v[:2] for v in out] == [(i, f'item {i}') for i in range(300)]\n"
-        "print(sum(1 for v in out if v[2][0]), [m for m in ('json', 're', 'enum')"
+        "print(learned, all(v[2][0] for v in out), [m for m in ('json', 're', 'enum')"
         " if m in sys.modules])\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0, done.stderr
-    # Both workers told what they learned; 200 of the 300 were done by them.
-    assert done.stdout.split("\n")[:3] == ["[('a', 'b')]", "[('a', 'b')]", "200 []"]
+    # What it learned came with its results, all of which it worked out itself.
+    assert done.stdout.split("\n")[:1] == ["[[('a', 'b')]] True []"]
 
 
-def test_a_share_whose_results_cannot_be_sent_is_done_here() -> None:
-    """A worker whose results marshal cannot carry sends nothing: the parent does its share."""
-    import os
-
-    from store.forked import split
+def test_results_marshal_cannot_carry_read_as_a_failed_worker() -> None:
+    """A worker whose results marshal cannot carry sends nothing: collect() says None, and
+    the caller does that work itself."""
+    from procs.forked import start
 
     class Placed:
-        def __init__(self, i: int) -> None:
-            self.i, self.pid = i, os.getpid()
+        pass
 
     def revive(value: object) -> Placed:
         raise AssertionError("nothing came back to revive")
 
-    out = split(lambda share: [Placed(i) for i in share], 40, 2, revive)
-    assert [p.i for p in out] == list(range(40))
-    assert {p.pid for p in out} == {os.getpid()}
+    worker = start(lambda: [Placed()])
+    assert worker is not None
+    assert worker.collect(revive, None, 1) is None
+    worker.cancel()
 
 
-def test_a_worker_keeps_nothing_of_this_process_open() -> None:
+def test_a_worker_keeps_nothing_of_this_process_open(tmp_path: Path) -> None:
     """Killed, a link must not leave its worker holding a build's output pipe (or a client's
     socket) open: the worker's standard streams are /dev/null, its other descriptors closed."""
     import os
     import select
     import time
 
-    from store.forked import start
+    from procs.forked import start
 
     read_end, write_end = os.pipe()  # as a build's pipe on this process's stdout
+    go = tmp_path / "go"  # the worker works until it exists
     try:
 
         def work() -> list[object]:
-            time.sleep(2)
+            deadline = time.monotonic() + 60
+            while not go.exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
             return []
 
         worker = start(work)
         assert worker is not None
         os.close(write_end)
         write_end = -1
-        started = time.monotonic()
-        assert select.select([read_end], [], [], 5)[0]  # the end of the pipe, at once
-        assert os.read(read_end, 1) == b"" and time.monotonic() - started < 1
+        assert select.select([read_end], [], [], 60)[0]
+        assert os.read(read_end, 1) == b""  # the end of the pipe, while the worker works:
+        assert os.waitid(os.P_PID, worker.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
+        go.write_text("")
         worker.cancel()
     finally:
         os.close(read_end)
@@ -86,7 +93,7 @@ def test_a_first_message_comes_before_the_work_ends(tmp_path: Path) -> None:
     worker still works, and the results still come whole after it."""
     import time
 
-    from store.forked import start
+    from procs.forked import start
 
     go = tmp_path / "go"  # the worker works until it exists: it cannot be done yet
 
@@ -108,7 +115,7 @@ def test_a_first_message_comes_before_the_work_ends(tmp_path: Path) -> None:
 
 
 def test_a_first_message_nobody_took_is_skipped_and_one_that_never_came_fails() -> None:
-    from store.forked import start
+    from procs.forked import start
 
     worker = start(lambda: [3], None, lambda: {"a": 1})
     assert worker is not None
@@ -130,7 +137,7 @@ def test_collecting_leaves_the_worker_to_end_and_cancel_waits_for_it() -> None:
     signal (its results were read)."""
     import os
 
-    from store.forked import start
+    from procs.forked import start
 
     worker = start(lambda: [1])
     assert worker is not None
@@ -161,7 +168,7 @@ def test_a_standby_does_what_it_is_told_as_a_started_worker_would(tmp_path: Path
     import time
     from collections.abc import Callable
 
-    from store.forked import standby
+    from procs.forked import standby
 
     mark = tmp_path / "told"
 
@@ -192,7 +199,7 @@ def test_a_standby_with_nothing_to_do_ends_and_reads_as_failed() -> None:
     (no first message), or never told and cancelled: it ends without a word."""
     import psutil
 
-    from store.forked import standby
+    from procs.forked import standby
 
     refused = standby(_plan, lambda told: None, first=True, then=True)
     assert refused is not None and refused.go(("cube", 3))
@@ -215,14 +222,13 @@ def test_a_standby_with_nothing_to_do_ends_and_reads_as_failed() -> None:
 def test_a_standby_that_is_gone_cannot_be_told() -> None:
     import os
     import signal
-    import time
 
-    from store.forked import standby
+    from procs.forked import standby
 
     gone = standby(_plan, lambda told: None, first=True, then=True)
     assert gone is not None
     os.kill(gone.worker.pid, signal.SIGKILL)
-    time.sleep(0.2)
+    os.waitid(os.P_PID, gone.worker.pid, os.WEXITED | os.WNOWAIT)  # dead (not reaped yet)
     assert not gone.go(("square", 3))  # EPIPE
     assert gone.worker.first() is None
     gone.cancel()
@@ -238,7 +244,7 @@ def test_a_stopped_worker_is_given_up_rather_than_waited_for_forever() -> None:
 
     import psutil
 
-    from store.forked import STOPPED_CHECK, standby
+    from procs.forked import STOPPED_CHECK, standby
 
     stopped = standby(_plan, lambda told: None, first=True, then=True)
     assert stopped is not None
@@ -263,7 +269,7 @@ def test_a_standby_keeps_nothing_of_this_process_open(tmp_path: Path) -> None:
 
     import psutil
 
-    from store.forked import standby
+    from procs.forked import standby
 
     mark = tmp_path / "waiting"
 
