@@ -4,6 +4,7 @@ in a bubblewrap sandbox whose / is the input root), and every way it falls back.
 import re
 import shutil
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -170,6 +171,7 @@ class _DroppingProxy:
         channel = grpc.insecure_channel(target)
         self.dropped = 0
         self.waited = 0
+        self.lock = threading.Lock()
         streams = {"/build.bazel.remote.execution.v2.Execution/Execute",
                    "/build.bazel.remote.execution.v2.Execution/WaitExecution",
                    "/google.bytestream.ByteStream/Read"}  # fmt: skip
@@ -200,13 +202,15 @@ class _DroppingProxy:
                     failed.error.message = "the worker was lost"
                     yield failed.SerializeToString()
                     return
+                if method.endswith("/WaitExecution"):  # counted as it comes: the link may
+                    with proxy.lock:  # end before this handler runs on after its last message
+                        proxy.waited += 1
                 for message in call(request, metadata=context.invocation_metadata()):
                     yield message
                     if method.endswith("/Execute"):
-                        proxy.dropped += 1
+                        with proxy.lock:
+                            proxy.dropped += 1
                         context.abort(grpc.StatusCode.UNAVAILABLE, "connection reset")
-                if method.endswith("/WaitExecution"):
-                    proxy.waited += 1
 
             return grpc.unary_stream_rpc_method_handler(handle)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from .servers import Casd, casd, requires_casd, start_casd  # noqa: F401
-from .test_remote import Machine, shared_compiler, uncached, warnings
+from .test_remote import Machine, imported, shared_compiler, uncached, warnings
 from .toolchain import requires_toolchain, stats
 
 pytestmark = [requires_toolchain, requires_casd, pytest.mark.e2e]
@@ -25,9 +25,16 @@ def test_machine_b_compiles_nothing_after_machine_a(tmp_path: Path, casd: Casd) 
     s = stats(a.cache)
     assert s["remote_uploads"] == 5 and s["reapi_uploads"] == 5 and s["reapi_misses"] == 5
     assert s["reapi_bytes_uploaded"] > 0
-    done = b.link(casd.url, "-v")
+    env = {**os.environ, "PYTHONPROFILEIMPORTTIME": "1"}
+    done = b.link(casd.url, "-v", env=env)
     assert b.compiled == 0 and "5 jobs: 5 hits (5 from the remote), 0 compiled" in done.stderr
     assert warnings(done.stderr) == []
+    # The lookups speak gRPC themselves (store/remote/reapi_lookup.py): a hit from the tier
+    # imports neither grpcio nor protobuf, whose import costs more than the rest of the link.
+    modules = imported(done.stderr)
+    assert "store.remote.reapi_lookup" in modules  # the measurement works
+    assert sorted(m for m in modules if m.split(".")[0] in ("grpc", "google")
+                  or m.startswith("store.remote.reapi_pb")) == []  # fmt: skip
     where = re.escape(casd.url)
     hit = rf"cached-dist: hit  [0-9a-f]{{32}} \S+: remote \({where}\), [0-9.]+ ms"
     assert len(re.findall(hit, done.stderr)) == 5, done.stderr
@@ -53,7 +60,7 @@ def test_the_entry_is_a_real_action(tmp_path: Path, casd: Casd) -> None:  # noqa
     """What a REAPI tool finds under each key: a real Action (the compile's Command with
     canonical names and the toolchain in the platform, the key file as input root) whose
     ActionResult lists the object by its canonical name."""
-    from store.remote.reapi import Client
+    from store.remote.reapi_grpc import Client
     from store.remote.reapi_pb import remote_execution_pb2 as rpb
 
     a = Machine(tmp_path, "a", program="shapes")
@@ -306,7 +313,10 @@ def test_a_result_naming_another_key_is_a_miss(casd: Casd) -> None:  # noqa: F81
         assert decoded[1]["diagnostics"] == "warning: A\n" and decoded[1]["duration"] == 0.5
         assert tier.get_many([key_b]) == [None] and tier.wrong_key == 0
         # Copy A's result under B's Action digest, as a server could.
-        digest_a, digest_b = tier._actions[key_a][0], tier._actions[key_b][0]
+        from store.remote.reapi_pb import remote_execution_pb2 as rpb
+
+        (ha, na), (hb, nb) = tier._actions[key_a][0], tier._actions[key_b][0]
+        digest_a, digest_b = rpb.Digest(hash=ha, size_bytes=na), rpb.Digest(hash=hb, size_bytes=nb)
         [result_a] = tier.client.get_action_results([digest_a])
         assert result_a is not None
         tier.client.update_action_results([(digest_b, result_a)])

@@ -29,7 +29,8 @@ def test_verify_drops_and_reports_an_entry_naming_another_key(tmp_path: Path) ->
     done = verify(cache)
     assert done.returncode == 1 and done.stderr == ""
     assert done.stdout == (
-        "checked 3 blobs (1.2 KiB) and 3 entries: 0 corrupt blobs removed, 2 entries dropped\n"
+        "checked 3 blobs (1.2 KiB) and 3 entries: 0 corrupt blobs removed, 2 entries dropped, "
+        "0 damaged paths repaired\n"
     )
     assert Store(cache).lookup(["ab01", "cd02", "ef03"]) == {"ab01": a}
     again = verify(cache)

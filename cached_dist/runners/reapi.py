@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import Any
 
-    from store.remote.reapi import Client
+    from store.remote.reapi_grpc import Client
 
     from ..jobfile import Job, JobFile
     from ..log import Log
@@ -89,7 +89,7 @@ class ReapiRunner:
         client = None
         try:
             from store.remote import RemoteError
-            from store.remote.reapi import Client
+            from store.remote.reapi_grpc import Client
 
             options = self.options
             client = Client(self.url, connect_timeout=options.remote_connect_timeout,
@@ -117,7 +117,8 @@ class ReapiRunner:
     ) -> dict[int, tuple[Job, Any, list[str]]]:
         """Uploads every input and Action; job index -> (job, Action digest, the Command's
         output paths, in the order of the job's outputs)."""
-        from store.remote.reapi import digest_of, host_platform
+        from store.remote.reapi import host_platform
+        from store.remote.reapi_grpc import digest_of
         from store.remote.reapi_pb import remote_execution_pb2 as re
 
         from .dask import _identities
@@ -308,7 +309,7 @@ class ReapiRunner:
 def _tree(files: Any, cwd: str, blobs: dict[str, bytes]) -> Any:
     """The input root's Directory digest for (sandbox path, digest) pairs; every Directory
     message goes into ``blobs``. The working directory exists even if it holds no input."""
-    from store.remote.reapi import digest_of
+    from store.remote.reapi_grpc import digest_of
     from store.remote.reapi_pb import remote_execution_pb2 as re
 
     tree: dict[str, Any] = {}

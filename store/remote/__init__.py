@@ -16,7 +16,10 @@ proxy or writer that mixes up names costs misses, never wrong outputs.
 
 from __future__ import annotations
 
-import os
+from .urls import PASSWORD_ENV, RemoteError, password, plain, redact, scheme
+
+__all__ = ["PASSWORD_ENV", "RemoteError", "check_url", "open_remote", "password", "plain",
+           "redact", "scheme"]  # fmt: skip
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -38,22 +41,17 @@ SCHEMES = {
 }
 #: The schemes of REAPI servers (which also take an instance name and headers).
 REAPI_SCHEMES = ("grpc", "grpcs", "unix")
-#: A password for URLs that carry none (kept out of command lines and config files).
-PASSWORD_ENV = "CACHED_DIST_REMOTE_PASSWORD"
-
-
-class RemoteError(Exception):
-    """The remote cannot be used (unreachable, timed out, refused, full); message redacted."""
-
-
-def scheme(url: str) -> str:
-    if url[:5].lower() == "unix:":
-        return "unix"  # unix:PATH, like Bazel's (and gRPC's) Unix socket targets
-    return url.partition("://")[0].lower() if "://" in url else ""
 
 
 def check_url(url: str) -> str:
-    """The URL if its scheme has a backend; ValueError (with the URL redacted) otherwise."""
+    """The URL if its scheme has a backend (each server's, for a sharded tier: URLs joined
+    by '|', store/remote/shards.py); ValueError (with the URL redacted) otherwise."""
+    if "|" in url:
+        from .shards import parse
+
+        for shard, _ in parse(url):
+            check_url(shard)
+        return url
     if scheme(url) not in SCHEMES:
         raise ValueError(
             f"not a remote storage URL: {redact(url)!r} (schemes: {', '.join(SCHEMES)})"
@@ -61,28 +59,20 @@ def check_url(url: str) -> str:
     return url
 
 
-def redact(url: str) -> str:
-    """The URL with any password replaced by ***, for messages."""
-    head, sep, rest = url.partition("://")
-    if not sep:
-        return url
-    authority, slash, path = rest.partition("/")
-    userinfo, at, host = authority.rpartition("@")
-    if not at:
-        return url
-    user, colon, _ = userinfo.partition(":")
-    hidden = f"{user}:***" if colon else ("***" if user and not host else user)
-    return f"{head}://{hidden}@{host}{slash}{path}"
-
-
-def password(url_password: str | None) -> str | None:
-    """The URL's password, else the one from the environment (None when neither is set)."""
-    return url_password or os.environ.get(PASSWORD_ENV) or None
-
-
 def open_remote(url: str, *, connect_timeout: float, timeout: float, **settings: Any) -> Tier:
     """A backend for ``url``; RemoteError if its client library is missing. ``settings`` go
-    to backends that take more (REAPI: instance_name, headers)."""
+    to backends that take more (REAPI: instance_name, headers; Redis: expiry, the seconds a
+    value lives unused, 0: forever)."""
+    if "|" in url:
+        from .shards import ShardedStorage, parse
+
+        try:
+            shards = parse(url)
+        except ValueError as e:
+            raise RemoteError(str(e)) from None
+        backends = [open_remote(u, connect_timeout=connect_timeout, timeout=timeout,
+                                **settings) for u, _ in shards]  # fmt: skip
+        return ShardedStorage([u for u, _ in shards], backends, [w for _, w in shards])
     target = SCHEMES.get(scheme(url))
     if target is None:
         raise RemoteError(f"unsupported scheme in {redact(url)}")

@@ -4,7 +4,8 @@ Objects live at ``<URL path>/<key[:2]>/<key>``, what a WebDAV server (nginx's da
 ``create_full_put_path on``) stores as plain files. A batch of lookups is a set of concurrent
 GETs on kept-alive connections, a few per thread, so it costs about one round trip. HTTP has
 no atomic create-if-absent that servers agree on, so this backend offers no claims:
-single-flight stays per machine.
+single-flight stays per machine. Nor does HTTP say how long an object may live: expiry by age
+is the server's (docs/guide.md: a cron job that deletes files not read for a while).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import http.client
 import threading
 from urllib.parse import unquote, urlsplit
 
-from . import RemoteError, password, redact
+from .urls import RemoteError, password, plain, redact
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -29,7 +30,9 @@ class HttpStorage:
 
     claims = False
 
-    def __init__(self, url: str, *, connect_timeout: float, timeout: float) -> None:
+    def __init__(
+        self, url: str, *, connect_timeout: float, timeout: float, expiry: float = 0
+    ) -> None:
         self.url = redact(url)
         self.round_trips = 0
         self.requests = 0
@@ -94,7 +97,7 @@ class HttpStorage:
     def _describe(self, error: BaseException) -> str:
         if isinstance(error, TimeoutError):
             return f"timed out (after {self._timeout:g} s)"
-        text = f"{type(error).__name__}: {error}"
+        text = plain(error)
         return text.replace(self._secret, "***") if self._secret else text
 
     def _concurrently(self, count: int, work: Callable[[int], None]) -> None:

@@ -27,48 +27,38 @@ BatchUpdateBlobs (ByteStream Write above the limit) and UpdateActionResult: thre
 batch, behind the link. A server whose capabilities say ``update_enabled: false`` is used
 read-only (``notice`` says so once).
 
-grpc is imported only when a REAPI URL is opened.
+A link's lookups (GetActionResult, BatchReadBlobs, ByteStream Read) go through
+store/remote/reapi_lookup.py, which speaks gRPC over HTTP/2 itself: importing grpcio and the
+generated messages would cost a full hit from this tier more than the rest of the link.
+Writes use grpcio (store/remote/reapi_grpc.py), imported when the first write is made:
+behind the link, and only by links that compiled something.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import json
 import os
-import platform
-import threading
-import uuid
 
-import grpc
-
-from . import RemoteError
-from .reapi_pb import remote_execution_pb2 as re
+from ..jsonload import loads
+from . import reapi_wire as wire
+from .reapi_wire import BATCH_LIMIT
+from .urls import RemoteError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator, Sequence
-    from typing import TypeVar
+    from collections.abc import Sequence
 
-    from google.protobuf.message import Message
+    from .reapi_grpc import Client
+    from .reapi_lookup import Lookup
+    from .reapi_wire import ActionResult, Digest
 
-    _Req = TypeVar("_Req", bound=Message)
-    _Resp = TypeVar("_Resp", bound=Message)
-
-#: The most a batch call carries (request or response): under gRPC's default 4 MiB message
-#: limit with room for the framing, unless the server states a smaller one.
-BATCH_LIMIT = 4 * 2**20 - 64 * 2**10
 #: The canonical file name of each role a job's own files play (cached_dist.keys.key.role).
 _FIXED_NAMES = {"<module>": "module.o", "<shard>": "shard.thinlto.bc"}
 _NUMBERED = {"import": "imports/{}.o", "extra": "extra/{}", "common": "common/{}",
              "output": "outputs/{}.o"}  # fmt: skip
 KEY_FILE = "cached-dist.key"
 _META_TYPE = "type.googleapis.com/google.protobuf.StringValue"
-_AC = "/build.bazel.remote.execution.v2.ActionCache/"
-_CAS = "/build.bazel.remote.execution.v2.ContentAddressableStorage/"
-_EXEC = "/build.bazel.remote.execution.v2.Execution/"
-_CAPS = "/build.bazel.remote.execution.v2.Capabilities/GetCapabilities"
-_BYTESTREAM = "/google.bytestream.ByteStream/"
+__all__ = ["BATCH_LIMIT", "ReapiStorage", "canonical_name", "host_platform", "parse_header"]
 
 
 def canonical_name(role: str) -> str:
@@ -93,16 +83,17 @@ def canonical_argument(argument: str) -> str:
     return argument
 
 
-def digest_of(data: bytes) -> re.Digest:
-    return re.Digest(hash=hashlib.sha256(data).hexdigest(), size_bytes=len(data))
+def sha256_digest(data: bytes) -> Digest:
+    return hashlib.sha256(data).hexdigest(), len(data)
 
 
 def host_platform() -> list[tuple[str, str]]:
     """OSFamily and ISA in the REAPI platform lexicon's spelling."""
-    machine = platform.machine().lower()
+    uname = os.uname()  # what platform.machine() and system() say, without importing it
+    machine = uname.machine.lower()
     isa = {"x86_64": "x86-64", "amd64": "x86-64", "aarch64": "arm-a64",
            "arm64": "arm-a64"}.get(machine, machine)  # fmt: skip
-    return [("ISA", isa), ("OSFamily", platform.system().lower())]
+    return [("ISA", isa), ("OSFamily", uname.sysname.lower())]
 
 
 def parse_header(text: str) -> tuple[str, str]:
@@ -117,386 +108,6 @@ def parse_header(text: str) -> tuple[str, str]:
     return name, value
 
 
-class Client:
-    """One channel to a REAPI server, with the calls cached-dist makes; every failure is a
-    RemoteError whose message names no header value."""
-
-    def __init__(
-        self, url: str, *, connect_timeout: float, timeout: float, instance_name: str = "",
-        headers: Sequence[tuple[str, str]] = (), tool_version: str = "",
-    ) -> None:  # fmt: skip
-        self.url = url
-        self.instance = instance_name
-        self.timeout = timeout
-        self.connect_timeout = connect_timeout
-        self.round_trips = 0
-        self._secrets = [value for _, value in headers if value]
-        details = re.RequestMetadata(
-            tool_details=re.ToolDetails(tool_name="cached-dist", tool_version=tool_version),
-            tool_invocation_id=uuid.uuid4().hex,
-        )
-        self.metadata: tuple[tuple[str, str | bytes], ...] = (
-            *headers,
-            ("build.bazel.remote.execution.v2.requestmetadata-bin", details.SerializeToString()),
-        )
-        target, secure = _target(url)
-        options = [("grpc.max_receive_message_length", 64 * 2**20),
-                   ("grpc.max_send_message_length", 64 * 2**20),
-                   ("grpc.enable_http_proxy", 0)]  # fmt: skip
-        self.channel = (
-            grpc.secure_channel(target, grpc.ssl_channel_credentials(), options)
-            if secure
-            else grpc.insecure_channel(target, options)
-        )
-        self._first = True  # the first call's deadline includes connecting
-        self._caps: re.ServerCapabilities | None = None
-        self._lock = threading.Lock()
-        ch = self.channel
-        self._get_result = _unary(ch, _AC + "GetActionResult", re.GetActionResultRequest,
-                                  re.ActionResult)  # fmt: skip
-        self._update_result = _unary(ch, _AC + "UpdateActionResult",
-                                     re.UpdateActionResultRequest, re.ActionResult)  # fmt: skip
-        self._find_missing = _unary(ch, _CAS + "FindMissingBlobs", re.FindMissingBlobsRequest,
-                                    re.FindMissingBlobsResponse)  # fmt: skip
-        self._batch_update = _unary(ch, _CAS + "BatchUpdateBlobs", re.BatchUpdateBlobsRequest,
-                                    re.BatchUpdateBlobsResponse)  # fmt: skip
-        self._batch_read = _unary(ch, _CAS + "BatchReadBlobs", re.BatchReadBlobsRequest,
-                                  re.BatchReadBlobsResponse)  # fmt: skip
-        self._capabilities = _unary(ch, _CAPS, re.GetCapabilitiesRequest, re.ServerCapabilities)
-        self._execute = ch.unary_stream(_EXEC + "Execute",
-                                        request_serializer=re.ExecuteRequest.SerializeToString,
-                                        response_deserializer=_operation_from_string)  # fmt: skip
-        self._wait = ch.unary_stream(
-            _EXEC + "WaitExecution", request_serializer=re.WaitExecutionRequest.SerializeToString,
-            response_deserializer=_operation_from_string)  # fmt: skip
-
-    # -- errors and deadlines ---------------------------------------------------------------
-
-    def deadline(self) -> float:
-        """Seconds a call may take: the first also connects."""
-        return self.timeout + (self.connect_timeout if self._first else 0.0)
-
-    def error(self, e: BaseException, what: str) -> RemoteError:
-        if isinstance(e, grpc.RpcError) and isinstance(e, grpc.Call):
-            code = e.code()
-            if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-                text = f"{what} timed out (after {self.deadline():g} s)"
-            else:
-                name = code.name if code is not None else "UNKNOWN"
-                text = f"{what}: {name}: {(e.details() or '').strip()}"
-        else:
-            text = f"{what}: {type(e).__name__}: {e}"
-        for secret in self._secrets:
-            text = text.replace(secret, "***")
-        return RemoteError(text.splitlines()[0] if text else what)
-
-    def _round(self) -> None:
-        self.round_trips += 1
-
-    def _done(self) -> None:
-        self._first = False
-
-    # -- capabilities -----------------------------------------------------------------------
-
-    def capabilities_future(self) -> grpc.Future[re.ServerCapabilities] | None:
-        """A GetCapabilities call in flight, to overlap with the first real round."""
-        if self._caps is not None:
-            return None
-        return self._capabilities.future(
-            re.GetCapabilitiesRequest(instance_name=self.instance), timeout=self.deadline(),
-            metadata=self.metadata,
-        )  # fmt: skip
-
-    def capabilities(self, pending: grpc.Future[re.ServerCapabilities] | None = None) -> (
-        re.ServerCapabilities
-    ):  # fmt: skip
-        if self._caps is None:
-            try:
-                if pending is None:
-                    self._round()
-                    pending = self.capabilities_future()
-                assert pending is not None
-                self._caps = pending.result()
-            except grpc.RpcError as e:
-                raise self.error(e, "GetCapabilities") from None
-            self._done()
-            functions = self._caps.cache_capabilities.digest_functions
-            if functions and re.DigestFunction.SHA256 not in functions:
-                raise RemoteError("the server does not offer SHA-256 digests")
-        return self._caps
-
-    def batch_limit(self) -> int:
-        stated = self._caps.cache_capabilities.max_batch_total_size_bytes if self._caps else 0
-        return min(BATCH_LIMIT, stated - 64 * 2**10) if stated > 128 * 2**10 else BATCH_LIMIT
-
-    def may_update(self) -> bool:
-        caps = self.capabilities()
-        cache = caps.cache_capabilities
-        return not cache.HasField("action_cache_update_capabilities") or bool(
-            cache.action_cache_update_capabilities.update_enabled
-        )
-
-    # -- the action cache -------------------------------------------------------------------
-
-    def get_action_results(
-        self, digests: Sequence[re.Digest], inline: Sequence[str] = ()
-    ) -> list[re.ActionResult | None]:
-        """One round of concurrent lookups; None where the cache has no result."""
-        if not digests:
-            return []
-        self._round()
-        caps = self.capabilities_future()
-        calls = [
-            self._get_result.future(
-                re.GetActionResultRequest(
-                    instance_name=self.instance, action_digest=d, inline_stderr=True,
-                    inline_output_files=list(inline),
-                ),
-                timeout=self.deadline(), metadata=self.metadata,
-            )
-            for d in digests
-        ]  # fmt: skip
-        found: list[re.ActionResult | None] = []
-        error: RemoteError | None = None
-        for call in calls:
-            try:
-                found.append(call.result())
-            except grpc.RpcError as e:
-                if isinstance(e, grpc.Call) and e.code() == grpc.StatusCode.NOT_FOUND:
-                    found.append(None)
-                elif error is None:
-                    error = self.error(e, "GetActionResult")
-        if error is not None:
-            if caps is not None:
-                caps.cancel()
-            raise error
-        self._done()
-        if caps is not None:  # lookups need none: on failure, the first upload asks again
-            with contextlib.suppress(RemoteError):
-                self.capabilities(caps)
-        return found
-
-    def update_action_results(self, items: Sequence[tuple[re.Digest, re.ActionResult]]) -> None:
-        if not items:
-            return
-        self._round()
-        calls = [
-            self._update_result.future(
-                re.UpdateActionResultRequest(instance_name=self.instance, action_digest=d,
-                                             action_result=r),
-                timeout=self.deadline(), metadata=self.metadata,
-            )
-            for d, r in items
-        ]  # fmt: skip
-        try:
-            for call in calls:
-                call.result()
-        except grpc.RpcError as e:
-            raise self.error(e, "UpdateActionResult") from None
-        self._done()
-
-    # -- the CAS ----------------------------------------------------------------------------
-
-    def read_blobs(self, digests: Iterable[re.Digest]) -> dict[str, bytes]:
-        """hash -> bytes for each digest the CAS has, every blob checked against its digest:
-        one missing or damaged is left out (a miss for whoever needs it)."""
-        wanted = {d.hash: d for d in digests if d.size_bytes > 0}
-        found: dict[str, bytes] = {d.hash: b"" for d in digests if d.size_bytes == 0}
-        if not wanted:
-            return found
-        limit = self.batch_limit()
-        batches: list[list[re.Digest]] = [[]]
-        size = 0
-        large = []
-        for d in wanted.values():
-            if d.size_bytes > limit:
-                large.append(d)
-                continue
-            if size + d.size_bytes > limit and batches[-1]:
-                batches.append([])
-                size = 0
-            batches[-1].append(d)
-            size += d.size_bytes
-        self._round()
-        calls = [
-            self._batch_read.future(
-                re.BatchReadBlobsRequest(instance_name=self.instance, digests=batch),
-                timeout=self.deadline(), metadata=self.metadata,
-            )
-            for batch in batches
-            if batch
-        ]  # fmt: skip
-        try:
-            for call in calls:
-                for response in call.result().responses:
-                    if response.status.code == 0:  # else NOT_FOUND (evicted), say: left out
-                        found[response.digest.hash] = response.data
-        except grpc.RpcError as e:
-            raise self.error(e, "BatchReadBlobs") from None
-        for d in large:
-            data = self.read_stream(d)
-            if data is not None:
-                found[d.hash] = data
-        for h, d in wanted.items():
-            data = found.get(h)
-            if data is not None and (
-                len(data) != d.size_bytes or hashlib.sha256(data).hexdigest() != h
-            ):
-                del found[h]
-        self._done()
-        return found
-
-    def read_stream(self, d: re.Digest) -> bytes | None:
-        """A blob by ByteStream Read (above the batch limit); None if the CAS lacks it."""
-        from .reapi_pb import bytestream_pb2 as bs  # only for large blobs: ~10 ms to load
-
-        read = self.channel.unary_stream(
-            _BYTESTREAM + "Read", request_serializer=bs.ReadRequest.SerializeToString,
-            response_deserializer=bs.ReadResponse.FromString)  # fmt: skip
-        name = f"{self.instance}/blobs/{d.hash}/{d.size_bytes}".lstrip("/")
-        parts = []
-        try:
-            for chunk in read(bs.ReadRequest(resource_name=name), timeout=self.deadline(),
-                              metadata=self.metadata):  # fmt: skip
-                parts.append(chunk.data)
-        except grpc.RpcError as e:
-            if isinstance(e, grpc.Call) and e.code() == grpc.StatusCode.NOT_FOUND:
-                return None
-            raise self.error(e, "ByteStream Read") from None
-        return b"".join(parts)
-
-    def upload(self, blobs: dict[str, bytes]) -> int:
-        """Puts what the CAS lacks of ``blobs`` (hash -> bytes); returns the bytes sent."""
-        if not blobs:
-            return 0
-        digests = [re.Digest(hash=h, size_bytes=len(data)) for h, data in blobs.items()]
-        self._round()
-        try:
-            missing = self._find_missing(
-                re.FindMissingBlobsRequest(instance_name=self.instance, blob_digests=digests),
-                timeout=self.deadline(), metadata=self.metadata,
-            ).missing_blob_digests  # fmt: skip
-        except grpc.RpcError as e:
-            raise self.error(e, "FindMissingBlobs") from None
-        limit = self.batch_limit()
-        batches: list[list[re.BatchUpdateBlobsRequest.Request]] = [[]]
-        size = sent = 0
-        large = []
-        for d in missing:
-            data = blobs[d.hash]
-            sent += len(data)
-            if len(data) > limit:
-                large.append(d)
-                continue
-            if size + len(data) > limit and batches[-1]:
-                batches.append([])
-                size = 0
-            batches[-1].append(re.BatchUpdateBlobsRequest.Request(digest=d, data=data))
-            size += len(data)
-        if batches[-1]:
-            self._round()
-        calls = [
-            self._batch_update.future(
-                re.BatchUpdateBlobsRequest(instance_name=self.instance, requests=batch),
-                timeout=self.deadline(), metadata=self.metadata,
-            )
-            for batch in batches
-            if batch
-        ]  # fmt: skip
-        try:
-            for call in calls:
-                for response in call.result().responses:
-                    if response.status.code != 0:
-                        raise RemoteError(f"BatchUpdateBlobs: {_code_name(response.status.code)}"
-                                          f" {response.status.message}".rstrip())  # fmt: skip
-        except grpc.RpcError as e:
-            raise self.error(e, "BatchUpdateBlobs") from None
-        for d in large:
-            self.write_stream(d, blobs[d.hash])
-        self._done()
-        return sent
-
-    def write_stream(self, d: re.Digest, data: bytes) -> None:
-        from .reapi_pb import bytestream_pb2 as bs
-
-        write = self.channel.stream_unary(
-            _BYTESTREAM + "Write", request_serializer=bs.WriteRequest.SerializeToString,
-            response_deserializer=bs.WriteResponse.FromString)  # fmt: skip
-        name = f"{self.instance}/uploads/{uuid.uuid4()}/blobs/{d.hash}/{d.size_bytes}".lstrip("/")
-        step = 1 << 20
-
-        def chunks() -> Iterator[bs.WriteRequest]:
-            for offset in range(0, len(data), step):
-                last = offset + step >= len(data)
-                yield bs.WriteRequest(resource_name=name if offset == 0 else "",
-                                      write_offset=offset, finish_write=last,
-                                      data=data[offset : offset + step])  # fmt: skip
-
-        try:
-            write(chunks(), timeout=self.deadline(), metadata=self.metadata)
-        except grpc.RpcError as e:
-            raise self.error(e, "ByteStream Write") from None
-
-    # -- execution --------------------------------------------------------------------------
-
-    def execute(
-        self, action: re.Digest, *, skip_cache: bool, timeout: float
-    ) -> Iterator[object]:  # operations (google.longrunning.Operation)
-        """Execute's stream of Operation messages (grpc.RpcError passes through)."""
-        request = re.ExecuteRequest(instance_name=self.instance, action_digest=action,
-                                    skip_cache_lookup=skip_cache)  # fmt: skip
-        stream: Iterator[object] = self._execute(request, timeout=timeout, metadata=self.metadata)
-        return stream
-
-    def wait_execution(self, name: str, *, timeout: float) -> Iterator[object]:
-        stream: Iterator[object] = self._wait(re.WaitExecutionRequest(name=name),
-                                              timeout=timeout, metadata=self.metadata)  # fmt: skip
-        return stream
-
-    def close(self) -> None:
-        self.channel.close()
-
-
-def _operation_from_string(data: bytes) -> object:
-    from google.longrunning import operations_pb2
-
-    operation: object = operations_pb2.Operation.FromString(data)
-    return operation
-
-
-def _unary(
-    channel: grpc.Channel, path: str, request: type[_Req], response: type[_Resp]
-) -> grpc.UnaryUnaryMultiCallable[_Req, _Resp]:
-    return channel.unary_unary(path, request_serializer=request.SerializeToString,
-                               response_deserializer=response.FromString)  # fmt: skip
-
-
-_CODES = {c.value[0]: c.name for c in grpc.StatusCode}
-
-
-def _code_name(code: int) -> str:
-    return _CODES.get(code, f"code {code}")
-
-
-def _target(url: str) -> tuple[str, bool]:
-    """(gRPC target, TLS?) of a grpc://, grpcs:// or unix: URL; RemoteError if malformed."""
-    lower = url.lower()
-    if lower.startswith("unix:"):
-        path = url[5:]
-        if path.startswith("//"):
-            path = path[2:]
-        if not path.startswith("/"):
-            raise RemoteError("a unix: URL needs an absolute socket path (unix:/path/to/socket)")
-        return f"unix:{path}", False
-    scheme, _, rest = url.partition("://")
-    host = rest.split("/", 1)[0]
-    if not host or "@" in host:
-        raise RemoteError("expected grpc://HOST:PORT or grpcs://HOST:PORT")
-    if ":" not in host.rsplit("]", 1)[-1]:
-        host += ":443" if scheme.lower() == "grpcs" else ":80"
-    return host, scheme.lower() == "grpcs"
-
-
 class ReapiStorage:
     """The tier: cached-dist keys as Actions in a REAPI ActionCache, outputs in its CAS."""
 
@@ -506,12 +117,17 @@ class ReapiStorage:
         self, url: str, *, connect_timeout: float, timeout: float, instance_name: str = "",
         headers: Sequence[tuple[str, str]] = (), tool_version: str = "",
     ) -> None:  # fmt: skip
+        from .reapi_lookup import Lookup
+
         self.url = url
-        self.client = Client(url, connect_timeout=connect_timeout, timeout=timeout,
-                             instance_name=instance_name, headers=headers,
-                             tool_version=tool_version)  # fmt: skip
+        self._settings = {"connect_timeout": connect_timeout, "timeout": timeout,
+                          "instance_name": instance_name, "headers": headers,
+                          "tool_version": tool_version,
+                          "invocation_id": os.urandom(16).hex()}  # fmt: skip
+        self.lookup: Lookup = Lookup(url, **self._settings)  # type: ignore[arg-type]
+        self._client: Client | None = None
         #: key -> (Action digest, the Action's own blobs, output names): see describe().
-        self._actions: dict[str, tuple[re.Digest, dict[str, bytes], list[str]]] = {}
+        self._actions: dict[str, tuple[Digest, dict[str, bytes], list[str]]] = {}
         self.notice = ""  # said once by the caller: why this tier is read-only
         self.wrong_key = 0  # results whose metadata named another key (misses)
         self.corrupt = 0  # inlined outputs that did not match their digests (misses)
@@ -520,8 +136,21 @@ class ReapiStorage:
         self._platform = host_platform()
 
     @property
+    def client(self) -> Client:
+        """The grpcio client, for writes (imported on first use)."""
+        if self._client is None:
+            try:
+                from .reapi_grpc import Client
+            except ImportError as e:  # lookups need none of it, so opening did not say
+                raise RemoteError(f"client library missing ({e.name}); "
+                                  "install cached-dist[reapi]") from None  # fmt: skip
+            self._client = Client(self.url, **self._settings)  # type: ignore[arg-type]
+        return self._client
+
+    @property
     def round_trips(self) -> int:
-        return self.client.round_trips
+        writes = self._client.round_trips if self._client is not None else 0
+        return self.lookup.round_trips + writes
 
     def describe(self, key: str, arguments: Sequence[str], outputs: int, toolchain: str) -> None:
         """What ``key`` stands for: the command line after the compiler with the job's own
@@ -529,24 +158,18 @@ class ReapiStorage:
         if key in self._actions:
             return
         names = [canonical_name(f"<output{i}>") for i in range(outputs)]
-        properties = sorted([*self._platform, ("toolchain", toolchain)])
-        plat = re.Platform(properties=[re.Platform.Property(name=n, value=v)
-                                       for n, v in properties])  # fmt: skip
-        command = re.Command(arguments=["clang", *map(canonical_argument, arguments)],
-                             output_paths=names, platform=plat).SerializeToString()  # fmt: skip
+        plat = wire.platform(sorted([*self._platform, ("toolchain", toolchain)]))
+        command = wire.command(["clang", *map(canonical_argument, arguments)], names, plat)
         marker = f"cached-dist key {key}\n".encode()
-        root = re.Directory(
-            files=[re.FileNode(name=KEY_FILE, digest=digest_of(marker))]
-        ).SerializeToString()
-        action = re.Action(command_digest=digest_of(command), input_root_digest=digest_of(root),
-                           platform=plat).SerializeToString()  # fmt: skip
+        root = wire.directory([(KEY_FILE, sha256_digest(marker))])
+        action = wire.action(sha256_digest(command), sha256_digest(root), plat)
         blobs = {hashlib.sha256(b).hexdigest(): b for b in (command, marker, root, action)}
-        self._actions[key] = (digest_of(action), blobs, names)
+        self._actions[key] = (sha256_digest(action), blobs, names)
 
     def action_digest(self, key: str) -> str | None:
         """The Action digest ``key`` is stored under (hash/size), once described."""
         found = self._actions.get(key)
-        return f"{found[0].hash}/{found[0].size_bytes}" if found else None
+        return f"{found[0][0]}/{found[0][1]}" if found else None
 
     def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
         """Entry values for described keys; others (memos, keys never described) miss."""
@@ -557,26 +180,26 @@ class ReapiStorage:
         if not asked:
             return values
         names = sorted({n for _, key in asked for n in self._actions[key][2]})
-        results = self.client.get_action_results([self._actions[key][0] for _, key in asked],
+        results = self.lookup.get_action_results([self._actions[key][0] for _, key in asked],
                                                  inline=names)  # fmt: skip
-        usable: list[tuple[int, str, re.ActionResult, dict[str, object]]] = []
-        wanted: list[re.Digest] = []
+        usable: list[tuple[int, str, ActionResult, dict[str, object]]] = []
+        wanted: list[Digest] = []
         for (i, key), result in zip(asked, results, strict=True):
             meta = self._meta(key, result) if result is not None else None
             if result is None or meta is None:
                 continue
             usable.append((i, key, result, meta))
-            wanted += [f.digest for f in result.output_files if not _inlined(f)]
-        blobs = self.client.read_blobs(wanted) if wanted else {}
+            wanted += [f.digest for f in result.output_files if not f.inlined]
+        blobs = self.lookup.read_blobs(wanted) if wanted else {}
         for i, key, result, meta in usable:
             outputs: dict[str, bytes] = {}
             for n, name in enumerate(self._actions[key][2]):
                 f = next(f for f in result.output_files if f.path == name)
-                data = f.contents if _inlined(f) else blobs.get(f.digest.hash)
+                data = f.contents if f.inlined else blobs.get(f.digest[0])
                 if data is None:
                     break  # evicted from the CAS (or damaged): a miss
-                if len(data) != f.digest.size_bytes or (
-                    _inlined(f) and hashlib.sha256(data).hexdigest() != f.digest.hash
+                if len(data) != f.digest[1] or (
+                    f.inlined and hashlib.sha256(data).hexdigest() != f.digest[0]
                 ):
                     self.corrupt += 1
                     break
@@ -585,20 +208,17 @@ class ReapiStorage:
                 values[i] = encode(key, outputs, meta)
         return values
 
-    def _meta(self, key: str, result: re.ActionResult) -> dict[str, object] | None:
+    def _meta(self, key: str, result: ActionResult) -> dict[str, object] | None:
         """The entry metadata a result carries, if it answers ``key`` with its outputs."""
         names = self._actions[key][2]
         if result.exit_code != 0 or sorted(f.path for f in result.output_files) != sorted(names):
             return None
-        for extra in result.execution_metadata.auxiliary_metadata:
-            if extra.type_url != _META_TYPE:
+        for type_url, value in result.auxiliary:
+            if type_url != _META_TYPE:
                 continue
-            from google.protobuf import wrappers_pb2
-
             try:
-                text = wrappers_pb2.StringValue.FromString(extra.value).value
-                found = json.loads(text)
-            except (ValueError, TypeError):
+                found = loads(wire.read_string_value(value))
+            except (ValueError, TypeError, RecursionError):  # wire.Malformed is a ValueError
                 return None
             if not isinstance(found, dict) or not isinstance(found.get("meta"), dict):
                 return None
@@ -611,12 +231,17 @@ class ReapiStorage:
 
     def put_many(self, items: Sequence[tuple[str, bytes]], release: str | None = None) -> None:
         """Uploads entry values of described keys (others are skipped): blobs, then results."""
+        client = self.client  # first: says so if grpcio is missing
+        import json
+
         from google.protobuf import any_pb2, wrappers_pb2
 
         from ..entry import Refused, decode
+        from .reapi_grpc import digest_of
+        from .reapi_pb import remote_execution_pb2 as re
 
         if self._read_only is None:
-            self._read_only = not self.client.may_update()
+            self._read_only = not client.may_update()
             if self._read_only:
                 self.notice = ("the server does not accept action cache updates "
                                "(update_enabled: false); using it read-only")  # fmt: skip
@@ -632,7 +257,7 @@ class ReapiStorage:
                 outputs, meta = decode(value, key)
             except Refused:
                 continue  # the local store exports only what it verified; belt and braces
-            digest, action_blobs, names = described
+            (h, size), action_blobs, names = described
             if sorted(outputs) != [f"output{n}" for n in range(len(names))]:
                 continue
             result = re.ActionResult(exit_code=0)
@@ -653,14 +278,12 @@ class ReapiStorage:
                             value=wrappers_pb2.StringValue(value=text).SerializeToString())
             )  # fmt: skip
             blobs.update(action_blobs)
-            results.append((digest, result))
+            results.append((re.Digest(hash=h, size_bytes=size), result))
         if results:
-            self.bytes_uploaded += self.client.upload(blobs)
-            self.client.update_action_results(results)
+            self.bytes_uploaded += client.upload(blobs)
+            client.update_action_results(results)
 
     def close(self) -> None:
-        self.client.close()
-
-
-def _inlined(f: re.OutputFile) -> bool:
-    return bool(f.contents) or f.digest.size_bytes == 0
+        self.lookup.close()
+        if self._client is not None:
+            self._client.close()

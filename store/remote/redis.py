@@ -1,7 +1,10 @@
 """Redis (and Valkey) as remote storage, with claims for cross-machine single-flight.
 
-Values live at ``cached-dist:v1:<key>`` without expiry: eviction is the server's business
-(``maxmemory-policy allkeys-lru``). A claim is ``cached-dist:claim:<key>`` holding a random
+Values live at ``cached-dist:v1:<key>``, without expiry by default: eviction is the server's
+business (``maxmemory-policy allkeys-lru``). With ``expiry`` (``--remote-expiry``) each value
+is stored with that time to live (``SET ... PX``), and a lookup refreshes it on each value it
+finds (``GETEX ... PX`` in place of MGET, pipelined: still one round trip), so values not used
+for that long go. A claim is ``cached-dist:claim:<key>`` holding a random
 token with a lease (``SET NX PX``); its holder renews it while compiling and deletes it when the
 value is stored. A holder that dies stops renewing, so its claim expires and another machine
 takes the key over. Every batch is one pipeline: one round trip, whatever its size.
@@ -17,7 +20,7 @@ import contextlib
 import threading
 from urllib.parse import unquote, urlsplit
 
-from . import RemoteError, password, redact
+from .urls import RemoteError, password, plain, redact
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -52,9 +55,12 @@ class RedisStorage:
 
     claims = True
 
-    def __init__(self, url: str, *, connect_timeout: float, timeout: float) -> None:
+    def __init__(
+        self, url: str, *, connect_timeout: float, timeout: float, expiry: float = 0
+    ) -> None:
         self.url = redact(url)
         self.round_trips = 0
+        self._expiry_ms = max(0, round(expiry * 1000))
         self._full_url = url
         self._connect_timeout = connect_timeout
         self._timeout = timeout
@@ -77,7 +83,7 @@ class RedisStorage:
         if isinstance(error, TimeoutError) or type(error).__name__ == "TimeoutError":
             text = f"timed out (after {self._timeout:g} s)"
         else:
-            text = f"{type(error).__name__}: {error}"
+            text = plain(error)
         return text.replace(self._secret, "***") if self._secret else text
 
     # -- the hot lookup, over resp.py -------------------------------------------------------
@@ -116,7 +122,11 @@ class RedisStorage:
     def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
         if not keys:
             return []
-        (values,) = self._call([["MGET", *(VALUE + k for k in keys)]])
+        if self._expiry_ms:  # each found value's time to live starts again
+            ttl = self._expiry_ms
+            values = self._call([["GETEX", VALUE + k, "PX", ttl] for k in keys])
+        else:
+            (values,) = self._call([["MGET", *(VALUE + k for k in keys)]])  # type: ignore[assignment]
         if not isinstance(values, list) or len(values) != len(keys):
             raise RemoteError("MGET: unexpected reply")
         return [v if isinstance(v, bytes) else None for v in values]
@@ -166,7 +176,7 @@ class RedisStorage:
             return
         pipe = self._pipeline()
         for key, value in items:
-            pipe.set(VALUE + key, value)
+            pipe.set(VALUE + key, value, px=self._expiry_ms or None)
             if release is not None:
                 pipe.eval(_RELEASE, 1, CLAIM + key, release)
         self._check(self._run(pipe))
