@@ -19,6 +19,7 @@ SUBCOMMANDS = ("stats", "clear", "trim", "verify", "flags", "serve")
 DEFAULT_MAX_SIZE = 5 * 2**30
 DEFAULT_DASK_TIMEOUT = 900.0
 DEFAULT_DASK_RESIDENT_IDLE = 600.0
+DEFAULT_SERVER_IDLE_EXIT = 600.0
 
 
 def default_jobs() -> int:
@@ -123,6 +124,56 @@ def _address(text: str) -> str:
     return value
 
 
+_AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_age(text: str) -> float:
+    """'7d', '12h', '30m', '90s', '2w' (as ccache's --evict-older-than): seconds."""
+    s = text.strip().lower()
+    example = "(examples: 7d, 12h, 30m, 90s)"
+    try:
+        value = float(s[:-1]) * _AGE_UNITS[s[-1:]]
+    except (ValueError, KeyError):
+        raise ValueError(f"not an age: {text!r} {example}") from None
+    if not 0 < value < float("inf"):
+        raise ValueError(f"must be a positive age, got {text!r} {example}")
+    return value
+
+
+def _compression_level(text: str) -> int:
+    """0 (off) to 19: zstd's levels (20-22 need far more memory to read back)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"not a whole number: {text!r}") from None
+    if not 0 <= value <= 19:
+        raise ValueError(f"must be between 0 (off) and 19, got {value}")
+    return value
+
+
+def _signing_key(text: str) -> str:
+    """A file holding the team's key: a regular file, not empty, that others cannot read
+    (nor write): what it holds lets anyone who reads it sign values every reader trusts."""
+    import stat
+
+    path = _path(text)
+    try:
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"{path} is not a regular file")
+        if st.st_mode & 0o006:
+            raise ValueError(f"{path} is readable or writable by others (chmod o-rw {path})")
+        with open(path, "rb") as f:
+            key = f.read(4097)
+    except OSError as e:
+        raise ValueError(f"cannot read {path}: {e.strerror}") from None
+    if not key.strip():
+        raise ValueError(f"{path} is empty")
+    if len(key) > 4096:
+        raise ValueError(f"{path} is larger than 4096 bytes: not a key file")
+    return path
+
+
 def _path(text: str) -> str:
     if not text:
         raise ValueError("empty path")
@@ -130,10 +181,24 @@ def _path(text: str) -> str:
 
 
 def _remote_urls(text: str) -> tuple[str, ...]:
-    """One or more remote storage URLs, separated by spaces; checked, never echoed whole."""
+    """One or more remote storage URLs, separated by spaces (a tier of several servers:
+    URLs joined by '|'); checked, never echoed whole."""
     from store.remote import check_url
 
     return tuple(check_url(url) for url in text.split())
+
+
+def _check_signable(urls: tuple[str, ...]) -> None:
+    """--remote-signing-key with a REAPI tier is refused: an action result carries no MAC,
+    so a link with the key would refuse every value that tier served."""
+    from store.remote import REAPI_SCHEMES, redact, scheme
+
+    for url in urls:
+        if scheme(url) in REAPI_SCHEMES:
+            raise UsageError(f"--remote-signing-key cannot sign the REAPI tier {redact(url)}: "
+                             "its action results carry no signature, so every value it "
+                             "served would be refused (sign redis:// and http(s):// tiers "
+                             "only)")  # fmt: skip
 
 
 def _reapi_url(text: str) -> str:
@@ -262,8 +327,14 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("dask-resident-idle", "seconds the resident Dask client waits for another link "
                "before it exits; 0: no resident client (default: 600)", idle_seconds,
                "SECONDS"),
+    OptionSpec("compression-level", "zstd level of the values sent to remote tiers, 1-19; 0: "
+               "off (default: 1)", _compression_level, "N"),
+    OptionSpec("local-compression-level", "zstd level of the objects the local store keeps, "
+               "1-19; 0: off (default: 1; --hard-link keeps its files uncompressed)",
+               _compression_level, "N"),
     OptionSpec("remote-storage", "remote cache tier(s) after the local one: redis://, rediss://, "
-               "http://, https://, grpc://, grpcs://, unix: (REAPI) URLs, space-separated",
+               "http://, https://, grpc://, grpcs://, unix: (REAPI) URLs, space-separated; "
+               "several servers in one tier: 'redis://a/0|redis://b/0' (see the guide)",
                _remote_urls, "URL"),
     # REAPI (store/remote/reapi.py, cached_dist/runners/reapi.py)
     OptionSpec("remote-instance-name", "instance name on REAPI servers (default: none)", str,
@@ -282,6 +353,16 @@ OPTIONS: tuple[OptionSpec, ...] = (
                _seconds, "SECONDS"),
     OptionSpec("remote-timeout", "seconds a remote operation may take (default: 2)", _seconds,
                "SECONDS"),
+    # The warm server started on first use (cached_dist/serve/autostart.py).
+    OptionSpec("no-server", "do not start the warm server after a link through its client "
+               "when none is running"),
+    OptionSpec("server-idle-exit", "seconds a warm server started after a link waits for "
+               "another before it exits; 0: never (default: 600)", idle_seconds, "SECONDS"),
+    OptionSpec("remote-signing-key", "sign what is uploaded with the key in FILE (HMAC-SHA256) "
+               "and use only remote values signed with it; FILE must not be readable by others",
+               _signing_key, "FILE"),
+    OptionSpec("remote-expiry", "Redis values expire when not used for AGE (7d, 12h, ...), "
+               "refreshed on each hit (default: never)", parse_age, "AGE"),
     OptionSpec("stats-log", "append one JSON line per link to FILE (what it did, for "
                "dashboards and for checking that a build's links all came through here)", _path,
                "FILE"),
@@ -311,10 +392,16 @@ class Options:
         hard_link: bool = False,
         verify_hits: float = 0.0,
         compiler_check: str = "content",
+        compression_level: int = 1,
+        local_compression_level: int = 1,  # 0: plain blobs (--hard-link keeps them plain)
         remote_storage: tuple[str, ...] = (),
         remote_read_only: bool = False,
         remote_connect_timeout: float = 0.1,
         remote_timeout: float = 2.0,
+        no_server: bool = False,
+        server_idle_exit: float = DEFAULT_SERVER_IDLE_EXIT,  # 0: the started server never exits
+        remote_signing_key: str = "",  # "": values are neither signed nor checked
+        remote_expiry: float = 0.0,  # 0: Redis values never expire (the server evicts)
         remote_instance_name: str = "",
         remote_header: tuple[tuple[str, str], ...] = (),  # (name, value): never printed
         remote_executor: str = "",  # "": no REAPI runner
@@ -340,10 +427,16 @@ class Options:
         self.hard_link = hard_link
         self.verify_hits = verify_hits
         self.compiler_check = compiler_check
+        self.compression_level = compression_level
+        self.local_compression_level = local_compression_level
         self.remote_storage = remote_storage
         self.remote_read_only = remote_read_only
         self.remote_connect_timeout = remote_connect_timeout
         self.remote_timeout = remote_timeout
+        self.no_server = no_server
+        self.server_idle_exit = server_idle_exit
+        self.remote_signing_key = remote_signing_key
+        self.remote_expiry = remote_expiry
         self.remote_instance_name = remote_instance_name
         self.remote_header = remote_header
         self.remote_executor = remote_executor
@@ -494,6 +587,9 @@ def resolve(
     if options.remote_executor and (options.inner or options.dask_scheduler):
         other = "--dask-scheduler" if options.dask_scheduler else "an inner distributor"
         raise UsageError(f"--remote-executor and {other} cannot be used together")
+    if options.remote_signing_key:  # the executor is the tier when none is named
+        executor = (options.remote_executor,) if options.remote_executor else ()
+        _check_signable(options.remote_storage or executor)
     if not options.cache_dir:
         options.cache_dir = default_cache_dir(environ)
     if options.quiet:
@@ -506,8 +602,8 @@ def help_text() -> str:
         "usage: cached-dist [OPTIONS] [-- INNER_DISTRIBUTOR [INNER_ARGS...]] JOBFILE",
         "       cached-dist {stats,clear,trim,verify,flags,serve} [OPTIONS]",
         "",
-        "A caching distributor for LLVM DTLTO: ld.lld runs it with",
-        "  -fthinlto-distributor=$(command -v cached-dist) [-Xthinlto-distributor=OPTION,...]",
+        "A caching distributor for LLVM DTLTO: link with",
+        "  clang ... $(cached-dist flags) [-Xthinlto-distributor=OPTION,...]",
         "",
         "options (command line > environment > config file > default):",
     ]
@@ -527,7 +623,8 @@ def help_text() -> str:
         "  trim [--max-size SIZE]     evict least recently used entries down to SIZE",
         "  verify                     re-hash every stored blob, drop corrupt ones",
         '  flags [--cc COMPILER]      print the link flags: LDFLAGS="$(cached-dist flags)"',
-        "  flags --server             the same, through the warm server's client",
+        "  flags --no-server          the same, without the warm server's client",
         "  serve [--idle-exit SECS]   the warm server: full hits without starting Python",
+        "  serve --status | --stop    whether a warm server runs; end it",
     ]
     return "\n".join(lines)

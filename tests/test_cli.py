@@ -164,11 +164,18 @@ def test_options_may_come_before_a_command(tmp_path: Path) -> None:
     [
         (["stat"], "unknown command 'stat' (did you mean 'stats'?)"),
         (["verfy"], "unknown command 'verfy' (did you mean 'verify'?)"),
+        # The mistyped command is told, not the option after it (it would be taken for the
+        # job file's place, the last word).
+        (["stat", "--cache-dir=X"], "unknown command 'stat' (did you mean 'stats'?)"),
+        (["-v", "stat", "--json"], "unknown command 'stat' (did you mean 'stats'?)"),
         (["-x"], "unknown option '-x' (see cached-dist --help)"),
         (["stats", "extra"], "stats: unexpected argument 'extra' (see cached-dist stats --help)"),
         (["stats", "--bogus"], "unknown option '--bogus' (see cached-dist stats --help)"),
         (["flags", "-x"], "unknown option '-x' (see cached-dist flags --help)"),
         (["clear", "--", "x"], "clear: takes no inner distributor"),
+        (["help"], "unknown command 'help' (did you mean '--help'?)"),
+        (["--cache-dir"], "option --cache-dir needs a value (DIR)"),
+        (["-v", "--jobs"], "option --jobs needs a value (N)"),
     ],
 )  # fmt: skip
 def test_mistyped_commands_and_options(tmp_path: Path, args: list[str], text: str) -> None:
@@ -181,8 +188,9 @@ def test_a_file_named_like_a_mistyped_command_is_a_job_file(tmp_path: Path) -> N
 
 
 @pytest.mark.parametrize(
-    "args", [["stats"], ["--help"], ["--version"], ["stats", "--json"], ["flags"]]
-)
+    "args", [["stats"], ["--help"], ["--version"], ["stats", "--json"], ["flags"],
+             ["serve", "--help"], ["serve", "--status"], ["-v", "stats"]],
+)  # fmt: skip
 def test_a_closed_pipe_ends_the_output_as_ls_does(tmp_path: Path, args: list[str]) -> None:
     """`cached-dist stats | head -1`: no traceback, no error; killed by SIGPIPE as `ls`
     would be (the reader here is gone before the first write: deterministic)."""
@@ -193,7 +201,7 @@ def test_a_closed_pipe_ends_the_output_as_ls_does(tmp_path: Path, args: list[str
     os.close(read)
     env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "cfg"),
            "CACHED_DIST_DIR": str(tmp_path / "cache-dir"),
-           "CC": "/usr/lib/llvm-22/bin/clang"}  # fmt: skip
+           "CC": "/usr/lib/llvm-22/bin/clang", "CACHED_DIST_SOCKET": str(tmp_path / "s")}  # fmt: skip
     try:
         done = subprocess.run([cached_dist_exe(), *args], cwd=tmp_path, stdout=write,
                               stderr=subprocess.PIPE, text=True, env=env)  # fmt: skip
@@ -201,6 +209,21 @@ def test_a_closed_pipe_ends_the_output_as_ls_does(tmp_path: Path, args: list[str
         os.close(write)
     assert done.returncode == -signal.SIGPIPE, done.stderr
     assert done.stderr == ""
+
+
+@pytest.mark.parametrize(
+    "args", [["stats"], ["--help"], ["--version"], ["stats", "--json"], ["flags"],
+             ["serve", "--help"], ["serve", "--status"], ["trim", "--help"]],
+)  # fmt: skip
+def test_output_that_cannot_be_written_is_one_error_line(tmp_path: Path, args: list[str]) -> None:
+    """`cached-dist stats > /dev/full`: as `ls` then, an error line and status 2."""
+    _cache_with_one_entry(tmp_path, tmp_path / "cache-dir")
+    env = {"CACHED_DIST_DIR": str(tmp_path / "cache-dir"), "CC": "/usr/lib/llvm-22/bin/clang",
+           "CACHED_DIST_SOCKET": str(tmp_path / "s")}  # fmt: skip
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([cached_dist_exe(), *args], cwd=tmp_path, stdout=full,
+                              stderr=subprocess.PIPE, text=True, env={**os.environ, **env})  # fmt: skip
+    assert_one_line_error(done, 2, "cannot write the output: No space left on device")
 
 
 def _ok_job_file(d: Path) -> None:
@@ -241,8 +264,10 @@ def test_the_stats_log_has_a_line_per_link(tmp_path: Path) -> None:
     assert second["bytes_served"] == 3 and second["seconds"] > 0
     keys = {"time", "cwd", "output", "jobs", "hits", "local_hits", "remote_hits", "waited",
             "compiled", "runner", "compiled_remotely", "fallback", "verified", "mismatches",
-            "bytes_served", "seconds"}  # fmt: skip
+            "bytes_served", "remote_tier_hits", "remote_misses", "remote_errors",
+            "remote_rejected", "bytes_downloaded", "bytes_uploaded", "seconds"}  # fmt: skip
     assert set(first) == keys
+    assert first["remote_tier_hits"] == [] and first["bytes_uploaded"] == 0
     reference = (Path(__file__).parent.parent / "docs" / "reference.md").read_text()
     table = reference[reference.index("### The stats log") :]
     assert all(f"`{key}`" in table for key in keys)

@@ -210,3 +210,37 @@ def test_the_guides_cmakelists_snippet_stops_cmake_or_links_through_cached_dist(
     new = {**env, "CC": "clang-22", "CXX": "clang++-22"}
     output = _bash(" ".join(configure) + " && cmake --build build", project, new)
     assert _summaries(output) == [(jobs, 0, jobs) for jobs in LINKS], output
+
+
+def test_make_flags_on_makes_command_line_would_break_a_sub_makefile(tmp_path: Path) -> None:
+    """Why the Make recipe passes LDFLAGS through the environment: on make's command line it
+    overrides fixed.mk's ``libfixed.so: LDFLAGS += -shared`` (zstd's lib/Makefile does the
+    same), and the library links as a program."""
+    _missing("make")
+    recipe = recipes()["make"]
+    assert 'LDFLAGS="$flags" make\n' in recipe
+    broken = recipe.replace('LDFLAGS="$flags" make\n', 'make LDFLAGS="$flags"\n')
+    project = _project("make", tmp_path)
+    done = subprocess.run(["bash", "-c", broken], cwd=project, env=_env(tmp_path),
+                          capture_output=True, text=True)  # fmt: skip
+    assert done.returncode != 0, done.stdout + done.stderr
+    assert "undefined symbol: main" in done.stderr, done.stderr
+    assert not (project / "libfixed.so").exists()
+
+
+def test_the_stats_log_shows_links_that_bypassed_cached_dist(tmp_path: Path) -> None:
+    """The autotools recipe without --libtool: libtool drops -fthinlto-distributor= from the
+    shared library's link, which then links by in-process ThinLTO and says nothing; the
+    stats log (the guide's way to check a build) has no line for it."""
+    _missing("autotools")
+    recipe = recipes()["autotools"]
+    assert "flags --libtool)" in recipe
+    project = _project("autotools", tmp_path)
+    env = _env(tmp_path)
+    log = tmp_path / "links.jsonl"
+    env["CACHED_DIST_STATS_LOG"] = str(log)
+    _bash(recipe.replace("flags --libtool)", "flags)"), project, env)
+    assert (project / ".libs" / "libfixed.so").exists()
+    outputs = [json.loads(line)["output"] for line in log.read_text().splitlines()]
+    assert ".libs/tally" in outputs, outputs  # the program's link came through (and configure's)
+    assert not any("libfixed.so" in o for o in outputs), outputs  # the library's did not

@@ -43,6 +43,11 @@ VERIFY = "--verify-hits=1"
 SERIAL = Path(__file__).parent / "serial_distributor.py"
 
 
+def logged(log: Path) -> list[dict[str, object]]:
+    """The --stats-log lines of the links so far."""
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
 def uncached(project: CoffProject, out: str = "plain.exe") -> bytes:
     """The executable a link without the cache gives (every job compiled)."""
     done = project.link(out, distributor_args=["--disable"])
@@ -117,10 +122,13 @@ def test_verify_hits_ignores_only_the_compile_time_of_a_coff_object(
     done = project.link("bad.exe", env=env, remote_compiler=compiler,
                         distributor_args=[f"--cache-dir={cache}"])  # fmt: skip
     assert done.returncode == 0, done.stderr
+    log = tmp_path / "links.jsonl"
     done = project.link("good.exe", remote_compiler=compiler,
-                        distributor_args=[f"--cache-dir={cache}", VERIFY])  # fmt: skip
+                        distributor_args=[f"--cache-dir={cache}", VERIFY, f"--stats-log={log}"])  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert f"5 hits, 0 compiled, 5 verified ({mismatches} mismatches)" in done.stderr
+    (line,) = logged(log)
+    assert (line["hits"], line["verified"], line["mismatches"]) == (5, 5, mismatches)
     assert done.stderr.count("HIT MISMATCH") == mismatches
     assert stats(cache).get("hit_mismatches", 0) == mismatches
     assert project.image("good.exe") == uncached(project)
@@ -152,14 +160,17 @@ def test_clang_cl_as_the_backend_compiler_is_another_key(tmp_path: Path) -> None
 def test_an_inner_distributor_compiles_the_misses(tmp_path: Path) -> None:
     project = build_coff("wincalc", tmp_path / "p", "regular")
     cache = tmp_path / "cache"
-    marker = tmp_path / "inner.log"
-    args = [f"--cache-dir={cache}", "--", sys.executable, str(SERIAL), str(marker)]
+    marker, log = tmp_path / "inner.log", tmp_path / "links.jsonl"
+    args = [f"--cache-dir={cache}", f"--stats-log={log}", "--", sys.executable, str(SERIAL),
+            str(marker)]  # fmt: skip
     first = project.link("first.exe", distributor_args=args)
     assert first.returncode == 0, first.stderr
     assert summary(first.stderr) == (5, 0, 5) and marker.read_text() == "5\n"
     second = project.link("second.exe", distributor_args=args)
     assert second.returncode == 0 and summary(second.stderr) == (5, 5, 0), second.stderr
     assert marker.read_text() == "5\n"  # the inner distributor was not run again
+    assert [(ln["runner"], ln["compiled"], ln["hits"], ln["output"]) for ln in logged(log)] == [
+        ("inner", 5, 0, "first.exe"), ("inner", 0, 5, "second.exe")]  # fmt: skip
     assert project.image("first.exe") == project.image("second.exe") == uncached(project)
 
 
@@ -191,10 +202,13 @@ def test_misses_compile_on_a_dask_worker_that_cannot_see_the_build(tmp_path: Pat
     logs = tmp_path / "logs"
     logs.mkdir()
     with cluster(logs, 1, hide=[hidden]) as c:
-        args = [f"--dask-scheduler={c.address}", f"--cache-dir={cache}"]
+        log = tmp_path / "links.jsonl"
+        args = [f"--dask-scheduler={c.address}", f"--cache-dir={cache}", f"--stats-log={log}"]
         first = project.link("first.exe", distributor_args=args)
         assert first.returncode == 0, first.stderr
         assert "5 jobs: 0 hits, 5 compiled (5 remotely)," in first.stderr
+        (line,) = logged(log)
+        assert (line["runner"], line["compiled"], line["compiled_remotely"]) == ("dask", 5, 5)
         second = project.link("second.exe", distributor_args=args)
         assert second.returncode == 0 and summary(second.stderr) == (5, 5, 0), second.stderr
     assert project.image("first.exe") == project.image("second.exe") == uncached(project)

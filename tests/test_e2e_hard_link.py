@@ -15,9 +15,11 @@ def test_hard_linked_hits_give_the_same_binary_and_leave_the_cache_intact(
 ) -> None:
     project = build("shapes", tmp_path / "p", "regular")
     cache = tmp_path / "cache"
-    first = project.link("first", distributor_args=[f"--cache-dir={cache}"])
+    # --hard-link stores blobs plain (a compressed one is not the output's bytes: copied).
+    first = project.link("first", distributor_args=[f"--cache-dir={cache}", "--hard-link"])
     assert first.returncode == 0, first.stderr
     blobs = {p.stat().st_ino: p for p in (cache / "blobs").rglob("*") if p.is_file()}
+    assert blobs and not any(p.suffix == ".zst" for p in blobs.values())  # the default is 1
     # A wrapper sees each output the moment cached-dist has served it, before LLD removes it.
     seen = tmp_path / "seen"
     wrapper = tmp_path / "serve-and-look"

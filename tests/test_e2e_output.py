@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from .serial_distributor import __file__ as SERIAL
-from .toolchain import build, compilations, counting_compiler, requires_toolchain, run
+from .toolchain import CLANG, build, compilations, counting_compiler, requires_toolchain, run
 
 pytestmark = [requires_toolchain, pytest.mark.e2e]
 
@@ -115,3 +115,34 @@ def test_a_second_tree_hits_only_with_a_file_prefix_map(tmp_path: Path) -> None:
             counts.append(compilations(counter) - before)
         compiled["mapped" if flags else "plain"] = counts
     assert compiled == {"plain": [5, 5], "mapped": [5, 0]}
+
+
+def test_verify_hits_compiles_beside_nothing_of_the_link(tmp_path: Path) -> None:
+    """--verify-hits recompiles each hit into a private temporary directory: never beside the
+    link's outputs, which a configure probe (``-o /dev/null``) puts in /dev."""
+    import tempfile
+
+    project = build("calc", tmp_path / "p")
+    seen = tmp_path / "outputs.log"
+    wrapper = tmp_path / "recording-clang"
+    wrapper.write_text(  # each compile's -o value, one a line
+        f'#!/bin/sh\nfor a; do [ "$prev" = -o ] && echo "$a" >> \'{seen}\'; prev=$a; done\n'
+        f"exec '{CLANG}' \"$@\"\n"
+    )
+    wrapper.chmod(0o755)
+    args = [f"--cache-dir={tmp_path / 'cache'}"]
+    assert project.link("first", remote_compiler=wrapper, distributor_args=args).returncode == 0
+    cold = seen.read_text().splitlines()
+    assert len(cold) == 5 and all((project.dir / o).parent == project.dir for o in cold), cold
+    seen.unlink()
+    done = project.link("second", remote_compiler=wrapper,
+                        distributor_args=[*args, "--verify-hits=1"])  # fmt: skip
+    assert done.returncode == 0 and "5 verified (0 mismatches)" in done.stderr, done.stderr
+    shadows = [Path(o) for o in seen.read_text().splitlines()]
+    assert len(shadows) == 5, shadows
+    private = Path(tempfile.gettempdir()).resolve()
+    for shadow in shadows:
+        assert shadow.parent.parent.parent == private, shadow  # TMP/cached-dist-verify-*/N/
+        assert shadow.parent.parent.name.startswith("cached-dist-verify-"), shadow
+        assert not shadow.parent.exists()  # removed once compared
+    assert project.run_program("second") == project.expected_output

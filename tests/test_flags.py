@@ -4,9 +4,12 @@ import os
 import shlex
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+
+from cached_dist.serve import CLIENT
 
 from .test_cli import assert_one_line_error
 from .toolchain import CLANG, PROGRAMS, cached_dist_exe, requires_toolchain, stats
@@ -30,12 +33,45 @@ def flags(
     )  # fmt: skip
 
 
+@pytest.mark.skipif(not os.access(CLIENT, os.X_OK), reason="the client is not built")
 def test_prints_the_link_flags_for_a_dtlto_capable_clang(tmp_path: Path) -> None:
-    done = flags(cwd=tmp_path, CC=str(CLANG), CXX=f"{CLANG}++")
+    """Through the warm server's client by default, cached-dist its first word; the same
+    with --server; cached-dist itself with --no-server."""
+    exe = os.path.abspath(cached_dist_exe())
+    for args in ([], ["--server"]):
+        done = flags(*args, cwd=tmp_path, CC=str(CLANG), CXX=f"{CLANG}++")
+        assert done.returncode == 0, done.stderr
+        assert done.stderr == ""
+        assert done.stdout == (f"-fuse-ld=lld -flto=thin -fthinlto-distributor={CLIENT} "
+                               f"-Xthinlto-distributor={exe}\n")  # fmt: skip
+    done = flags("--no-server", cwd=tmp_path, CC=str(CLANG), CXX=f"{CLANG}++")
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
-    exe = os.path.abspath(cached_dist_exe())
     assert done.stdout == f"-fuse-ld=lld -flto=thin -fthinlto-distributor={exe}\n"
+    done = flags("--server", "--no-server", cwd=tmp_path, CC=str(CLANG))
+    assert_one_line_error(done, 2, "--server and --no-server cannot be combined")
+
+
+def test_without_the_client_the_flags_name_cached_dist_itself(tmp_path: Path) -> None:
+    """Where the client was not built (no C compiler at install time), the flags are the
+    plain ones, and nothing is said: the warm path is an optimisation. Here a copy of the
+    package without it."""
+    import importlib
+
+    for name in ("cached_dist", "store", "procs"):
+        source = Path(importlib.import_module(name).__file__ or "").parent
+        shutil.copytree(source, tmp_path / "lib" / name, ignore=shutil.ignore_patterns(
+            "cached-dist-client", "__pycache__"))  # fmt: skip
+    exe = tmp_path / "cached-dist"
+    exe.write_text(f"#!{sys.executable}\nfrom cached_dist.cli import run\nrun()\n")
+    exe.chmod(0o755)
+    lib = str(tmp_path / "lib")
+    done = flags(cwd=tmp_path, exe=str(exe), CC=str(CLANG), PYTHONPATH=lib)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    assert done.stdout == f"-fuse-ld=lld -flto=thin -fthinlto-distributor={exe}\n"
+    done = flags("--server", cwd=tmp_path, exe=str(exe), CC=str(CLANG), PYTHONPATH=lib)
+    assert_one_line_error(done, 2, "the warm server's client")
 
 
 def test_options_are_checked_and_passed_through_with_absolute_paths(tmp_path: Path) -> None:
@@ -45,7 +81,7 @@ def test_options_are_checked_and_passed_through_with_absolute_paths(tmp_path: Pa
                  HOME=str(tmp_path))  # fmt: skip
     assert done.returncode == 0, done.stderr
     words = shlex.split(done.stdout)
-    assert words[3:] == [
+    assert words[4:] == [
         "-Xthinlto-distributor=--jobs",
         "-Xthinlto-distributor=4",
         f"-Xthinlto-distributor=--cache-dir={tmp_path / 'cache'}",
@@ -143,7 +179,9 @@ def test_a_distributor_path_with_spaces_survives_make(tmp_path: Path) -> None:
         "--jobs", "2", "--cache-dir=my cache", cwd=tmp_path, exe=str(spaced), CC=str(CLANG)
     )
     assert done.returncode == 0, done.stderr
-    assert f"'-fthinlto-distributor={spaced}'" in done.stdout
+    # The client's first argument by default (the distributor itself where it is not built).
+    word = "-Xthinlto-distributor" if os.access(CLIENT, os.X_OK) else "-fthinlto-distributor"
+    assert f"'{word}={spaced}'" in done.stdout
     assert f"'-Xthinlto-distributor=--cache-dir={tmp_path}/my cache'" in done.stdout
     project = tmp_path / "tally"
     shutil.copytree(PROGRAMS / "tally", project)
@@ -184,14 +222,22 @@ def test_flags_checks_what_the_links_will_read_from_the_environment(tmp_path: Pa
 
 def test_libtool_form_passes_everything_to_lld_itself(tmp_path: Path) -> None:
     """What libtool passes on: linker options only, the backend compiler named."""
-    done = flags("--libtool", "--jobs=2", "--", "python3", "d.py", cwd=tmp_path, CC=str(CLANG))
+    args = ["--libtool", "--jobs=2", "--", "python3", "d.py"]
+    done = flags("--no-server", *args, cwd=tmp_path, CC=str(CLANG))
     assert done.returncode == 0, done.stderr
+    rest = [f"-Wl,--thinlto-remote-compiler={CLANG}", "-Wl,--thinlto-distributor-arg=--jobs=2",
+            "-Wl,--thinlto-distributor-arg=--", "-Wl,--thinlto-distributor-arg=python3",
+            "-Wl,--thinlto-distributor-arg=d.py"]  # fmt: skip
     assert shlex.split(done.stdout) == [
-        "-fuse-ld=lld", "-flto=thin", f"-Wl,--thinlto-distributor={cached_dist_exe()}",
-        f"-Wl,--thinlto-remote-compiler={CLANG}", "-Wl,--thinlto-distributor-arg=--jobs=2",
-        "-Wl,--thinlto-distributor-arg=--", "-Wl,--thinlto-distributor-arg=python3",
-        "-Wl,--thinlto-distributor-arg=d.py",
+        "-fuse-ld=lld", "-flto=thin", f"-Wl,--thinlto-distributor={cached_dist_exe()}", *rest,
     ]  # fmt: skip
+    if os.access(CLIENT, os.X_OK):  # the client's form: cached-dist the first argument
+        done = flags(*args, cwd=tmp_path, CC=str(CLANG))
+        assert done.returncode == 0, done.stderr
+        assert shlex.split(done.stdout) == [
+            "-fuse-ld=lld", "-flto=thin", f"-Wl,--thinlto-distributor={CLIENT}", rest[0],
+            f"-Wl,--thinlto-distributor-arg={cached_dist_exe()}", *rest[1:],
+        ]  # fmt: skip
 
 
 CLANG_CL = CLANG.parent / "clang-cl"
@@ -213,7 +259,8 @@ def test_lld_link_flags(tmp_path: Path) -> None:
     """lld-link's own flags: the backend compiler is the clang clang-cl is (LLD's options are
     clang's spelling), and each option word is one /thinlto-distributor-arg:, commas and
     all (lld-link does not split them)."""
-    done = flags("--lld-link", "--cc", str(CLANG_CL), "--jobs", "2", "--cache-dir=c,d", "--",
+    done = flags("--lld-link", "--no-server", "--cc", str(CLANG_CL), "--jobs", "2",
+                 "--cache-dir=c,d", "--",
                  "python3", "my,dist.py", cwd=tmp_path)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert shlex.split(done.stdout) == [

@@ -40,7 +40,16 @@ pytestmark = [
 GROUP = "cdist-team"
 USERS = ("cdist-ann", "cdist-bob")
 #: What a link needs at run time: the program and its dependencies (pyproject.toml).
-PACKAGES = ("cached_dist", "store", "xxhash", "diskcache", "filelock", "psutil")
+PACKAGES = (
+    "cached_dist",
+    "store",
+    "procs",
+    "xxhash",
+    "diskcache",
+    "filelock",
+    "psutil",
+    "zstandard",
+)
 SUMMARY = re.compile(r"cached-dist: (\d+) jobs: (\d+) hits.*?, (\d+) compiled")
 
 
@@ -313,10 +322,9 @@ store = Store(sys.argv[1], group_shared=True)
 forged = 0
 for key, raw in list(store._index.entries()):
     manifest = Manifest.decode(key, raw)
-    for role, (digest, _) in manifest.outputs.items():
-        with open(store._blobs.path(digest), "rb") as f:
-            data = f.read()
-        if b"1+2*3" in data:
+    for role, (digest, size) in manifest.outputs.items():
+        data = store._blobs.read_verified(digest, size)  # either form (plain, zstd)
+        if data is not None and b"1+2*3" in data:
             with tempfile.NamedTemporaryFile(dir=sys.argv[2]) as f:
                 f.write(data.replace(b"1+2*3", b"9+9*9"))
                 f.flush()

@@ -25,7 +25,9 @@ HEAVY = ("json", "re", "enum", "contextlib", "importlib.util", "pathlib",
          "functools", "collections",
          # the remote tier, which a link without --remote-storage never touches
          "cached_dist.link.tiers", "store.remote", "store.entry", "redis", "http.client",
-         "socket", "ssl")  # fmt: skip
+         "socket", "ssl",
+         # zstd: a hit of a compressed blob loads only its C backend (store/zstd.py)
+         "zstandard", "platform")  # fmt: skip
 
 
 def imported(stderr: str) -> set[str]:

@@ -6,6 +6,8 @@ every output (python3), so a check that let the case through would visibly chang
 
 import json
 import os
+import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -16,9 +18,10 @@ import pytest
 
 from cached_dist.keys.digests import Digests, read_regular
 from store import LAYOUT, Store
+from store.layout import TAG
 
 from .test_cli import assert_one_line_error
-from .toolchain import cached_dist_exe
+from .toolchain import LLVM_BIN, build, cached_dist_exe, requires_toolchain
 
 # A "compiler" that writes its last argument, like clang's -o (and fails on a FIFO output).
 WRITER = ["python3", "-c", "import sys; open(sys.argv[-1], 'w').write('obj')"]
@@ -143,6 +146,28 @@ CASES: dict[str, tuple[Setup, list[str], str]] = {
     "-o names an input, not an output": (
         lambda d: [{"args": ["-o", "lib.o"], **job("a.o", "a.native.o", imports=("lib.o",))}],
         [], "the command writes -o lib.o, which is not one of the job's outputs (job 0, "),
+    "-oFILE names an input": (
+        lambda d: [{"args": ["-olib.o"], **job("a.o", "a.native.o", imports=("lib.o",))}],
+        [], "the command writes -olib.o, which is not one of the job's outputs (job 0, "),
+    "--output=FILE names an input": (
+        lambda d: [{"args": ["--output=lib.o"], **job("a.o", "a.native.o")}],
+        [], "the command writes --output=lib.o, which is not one of the job's outputs"),
+    "--output FILE names an input": (
+        lambda d: [{"args": ["--output", "lib.o"], **job("a.o", "a.native.o")}],
+        [], "the command writes --output lib.o, which is not one of the job's outputs"),
+    "-mllvm -info-output-file=FILE": (
+        lambda d: [{"args": ["-mllvm", "-info-output-file=lib.o", "-o", "a.native.o"],
+                    **job("a.o", "a.native.o")}],
+        [], "the command writes -mllvm -info-output-file=lib.o, which is not one of the job's"),
+    "-mllvm -ir-dump-directory=DIR": (
+        lambda d: [{"args": ["-mllvm=-ir-dump-directory=d", "-o", "a.native.o"],
+                    **job("a.o", "a.native.o")}],
+        [], "the command has -mllvm -ir-dump-directory=d, which makes clang write files of"),
+    "--driver-mode=dxc": (
+        lambda d: [{"args": ["--driver-mode=dxc", "-Fo", "a.native.o"],
+                    **job("a.o", "a.native.o")}],
+        [], "the command runs clang in --driver-mode=dxc, whose options the job file checks "
+            "do not read (job 0, module a.o)"),
     "output directory missing": (
         lambda d: [job("a.o", "nowhere/a.native.o")], [],
         "output directory does not exist: nowhere"),
@@ -178,7 +203,7 @@ def test_the_same_job_file_without_the_defect_links(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "a.native.o").read_text() == "obj"
     assert (tmp_path / "cache" / "b.native.o").read_text() == "obj"
-    assert set(os.listdir(tmp_path / "cache")) - {"b.native.o"} <= set(LAYOUT)
+    assert set(os.listdir(tmp_path / "cache")) - {"b.native.o"} <= {*LAYOUT, TAG}
 
 
 @pytest.mark.parametrize("target", ["fifo", "/dev/zero"])
@@ -309,3 +334,237 @@ def test_the_key_reads_inputs_with_the_checks_stat(
     Path("b.o").write_bytes(b"another b, written after the checks")
     with pytest.raises(OSError, match=r"(replaced|changed) while being read"):
         digests.of("b.o")
+
+
+# Every spelling of a file a compile writes, with real clang-22 on a real link's job file.
+# V is the victim: another job's module, which the command would overwrite (or, for options
+# that name their files after the module, the files they would write).
+
+CAPTURE = Path(__file__).parent / "capture_jobfile.py"
+CLANG_CL = str(LLVM_BIN / "clang-cl")
+
+
+@pytest.fixture(scope="module")
+def captured(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The job file of a real link of calc (5 jobs) with every input it names."""
+    root = tmp_path_factory.mktemp("spellings")
+    project = build("calc", root / "p")
+    done = project.link("app", distributor=sys.executable, distributor_args=[
+        str(CAPTURE), str(root / "saved"), cached_dist_exe(), f"--cache-dir={root / 'c'}",
+        "--quiet"])  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return root / "saved"
+
+
+def spelled_job(captured: Path, where: Path, compiler: str, spelled: list[str],
+                extra_outputs: tuple[str, ...] = ()) -> tuple[list[str], str]:  # fmt: skip
+    """A copy of the captured link in ``where`` whose job 0 writes its object as ``spelled``
+    says (V: the victim, lexer.o, job 1's module) instead of ``-o OUTPUT``; the command of
+    that job, and its declared output."""
+    shutil.copytree(captured, where)
+    (where / "sub").mkdir()
+    (where / "args.rsp").write_text("-o lexer.o")
+    (where / "victim.cfg").write_text("-o lexer.o")
+    doc = json.loads((where / "job.json").read_text())
+    if compiler == "clang-cl":
+        doc["common"]["args"][0] = CLANG_CL
+    job0 = doc["jobs"][0]
+    module, index, dash_o, output = job0["args"]
+    assert dash_o == "-o" and job0["outputs"] == [output]
+    words = [w.replace("OUT", output).replace("V", "lexer.o") for w in spelled]
+    job0["args"] = [module, index, *words]
+    job0["outputs"] += list(extra_outputs)
+    (where / "job.json").write_text(json.dumps(doc))
+    return [*doc["common"]["args"], *job0["args"]], output
+
+
+WRITES: dict[str, tuple[str, list[str], str]] = {
+    "-oFILE": ("clang", ["-oV"], "the command writes -olexer.o, which is not one of"),
+    "--output=FILE": ("clang", ["--output=V"], "the command writes --output=lexer.o, "),
+    "--output FILE": ("clang", ["--output", "V"], "the command writes --output lexer.o, "),
+    "-o=FILE": ("clang", ["-o=V"], "the command writes -o=lexer.o, which is not one of"),
+    "a later -oFILE": ("clang", ["-o", "OUT", "-oV"], "the command writes -olexer.o, "),
+    "-MJ FILE": ("clang", ["-MJ", "V", "-o", "OUT"], "the command writes -MJ lexer.o, "),
+    "-MJFILE": ("clang", ["-MJV", "-o", "OUT"], "the command writes -MJlexer.o, "),
+    "--serialize-diagnostics FILE": (
+        "clang", ["--serialize-diagnostics", "V", "-o", "OUT"],
+        "the command writes --serialize-diagnostics lexer.o, "),
+    "-ftime-trace=FILE": ("clang", ["-ftime-trace=V", "-o", "OUT"],
+                          "the command writes -ftime-trace=lexer.o, "),
+    "-foptimization-record-file=FILE": (
+        "clang", ["-foptimization-record-file=V", "-o", "OUT"],
+        "the command writes -foptimization-record-file=lexer.o, "),
+    "-fproc-stat-report=FILE": ("clang", ["-fproc-stat-report=V", "-o", "OUT"],
+                                "the command writes -fproc-stat-report=lexer.o, "),
+    "-Xclang -stats-file=FILE": ("clang", ["-Xclang", "-stats-file=V", "-o", "OUT"],
+                                 "the command writes -Xclang -stats-file=lexer.o, "),
+    "-Xclang -serialize-diagnostic-file -Xclang FILE": (
+        "clang", ["-Xclang", "-serialize-diagnostic-file", "-Xclang", "V", "-o", "OUT"],
+        "the command writes -Xclang -serialize-diagnostic-file lexer.o, "),
+    "-Xarch_x86_64 -MJFILE": ("clang", ["-Xarch_x86_64", "-MJV", "-o", "OUT"],
+                              "the command writes -MJlexer.o, "),
+    "@FILE": ("clang", ["@args.rsp"], "the command has @args.rsp, which makes clang read "
+              "arguments these checks cannot see (job 0, module eval.o)"),
+    "--config=FILE": ("clang", ["--config=./victim.cfg"], "the command has "
+                      "--config=./victim.cfg, which makes clang read arguments"),
+    "-dumpdir PREFIX": ("clang", ["-dumpdir", "pre-", "-ftime-trace", "-o", "OUT"],
+                        "the command has -dumpdir pre-, which makes clang write files of its "
+                        "own naming where the job does not say (job 0, module eval.o)"),
+    "clang-cl /FoFILE": ("clang-cl", ["/FoV"], "the command writes /Folexer.o, which is not"),
+    "clang-cl /Fo:FILE": ("clang-cl", ["/Fo:V"], "the command writes /Fo:lexer.o, "),
+    "clang-cl /Fo: FILE": ("clang-cl", ["/Fo:", "V"], "the command writes /Fo: lexer.o, "),
+    "clang-cl -FoFILE": ("clang-cl", ["-FoV"], "the command writes -Folexer.o, "),
+    "clang-cl /o FILE": ("clang-cl", ["/o", "V"], "the command writes /o lexer.o, "),
+    "clang-cl /oFILE": ("clang-cl", ["/oV"], "the command writes /olexer.o, "),
+    "clang-cl -o FILE": ("clang-cl", ["-o", "V"], "the command writes -o lexer.o, "),
+    "clang-cl /clang:-oFILE": ("clang-cl", ["/clang:-oV"],
+                               "the command writes /clang:-olexer.o, "),
+    "clang-cl /clang:--output=FILE": ("clang-cl", ["/clang:--output=V"],
+                                      "the command writes /clang:--output=lexer.o, "),
+    "clang-cl /clang:-o /clang:FILE": ("clang-cl", ["/clang:-o", "/clang:V"],
+                                       "the command writes /clang:-o lexer.o, "),
+    "clang-cl /Fo naming no file": ("clang-cl", ["/FoOUT", "/Fo"], "the command has /Fo, which "
+                                    "leaves clang-cl to name the object after the module"),
+    "clang-cl /Fo naming a directory": ("clang-cl", ["/Fosub/"], "the command has /Fosub/, "
+                                        "which leaves clang-cl to name the object after"),
+    "clang-cl /FaFILE": ("clang-cl", ["/FaV", "/FoOUT"], "the command writes /Falexer.o, "),
+    "clang-cl /FaDIRECTORY": ("clang-cl", ["/Fasub/", "/FoOUT"], "the command has /Fasub/, "
+                              "which makes clang write files of its own naming where"),
+    "clang-cl without an output option": (
+        "clang-cl", [], "the command has no /Fo: the compiler would name the object itself"),
+}  # fmt: skip
+
+
+def changed(before: dict[str, tuple[str, int, int]], root: Path, allowed: str) -> list[str]:
+    """What is new or different under ``root`` since ``before``, but ``allowed``."""
+    now = snapshot(root, dir_times=False)
+    return sorted(p for p, v in now.items() if p != allowed and before.get(p) != v)
+
+
+@requires_toolchain
+@pytest.mark.parametrize("case", WRITES)
+def test_every_spelling_of_a_file_clang_writes_is_checked(
+    captured: Path, tmp_path: Path, case: str
+) -> None:
+    """The command, run as it is, writes a file its job does not declare (the premise: the
+    spelling is real); cached-dist refuses the job file before anything is touched."""
+    compiler, spelled, message = WRITES[case]
+    command, output = spelled_job(captured, tmp_path / "direct", compiler, spelled)
+    before = snapshot(tmp_path / "direct", dir_times=False)
+    subprocess.run(command, cwd=tmp_path / "direct", capture_output=True, timeout=120)
+    assert changed(before, tmp_path / "direct", output), "the spelling writes nothing more"
+    spelled_job(captured, tmp_path / "checked", compiler, spelled)
+    before = snapshot(tmp_path / "checked")
+    done = run_cached_dist(tmp_path / "checked")
+    assert_one_line_error(done, 2, message)
+    assert snapshot(tmp_path / "checked") == before
+
+
+@requires_toolchain
+@pytest.mark.parametrize(("compiler", "spelled", "extra"), [
+    ("clang", ["-oOUT"], ()),
+    ("clang", ["--output=OUT"], ()),
+    ("clang", ["--output", "OUT"], ()),
+    ("clang", ["-o", "OUT", "-MJ", "eval.json"], ("eval.json",)),
+    # Names clang gives files beside the object or in the working directory, after the
+    # object or the module: what a user asks LLD for to debug a link.
+    ("clang", ["-o", "OUT", "-ftime-trace"], ()),
+    ("clang", ["-o", "OUT", "-save-temps=obj"], ()),
+    ("clang", ["-o", "OUT", "-save-stats"], ()),
+    ("clang-cl", ["/FoOUT"], ()),
+    ("clang-cl", ["/clang:-oOUT"], ()),
+    ("clang-cl", ["/FoOUT", "/FAs"], ()),
+])  # fmt: skip
+def test_a_declared_write_in_any_spelling_links(
+    captured: Path, tmp_path: Path, compiler: str, spelled: list[str], extra: tuple[str, ...]
+) -> None:
+    """What the job declares may be written in any spelling: the object is the one the
+    command gives when run by itself, and a declared side output is written."""
+    command, output = spelled_job(captured, tmp_path / "direct", compiler, spelled, extra)
+    alone = subprocess.run(command, cwd=tmp_path / "direct", capture_output=True, timeout=120)
+    assert alone.returncode == 0, alone.stderr
+    spelled_job(captured, tmp_path / "w", compiler, spelled, extra)
+    done = run_cached_dist(tmp_path / "w", "--quiet")
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "w" / output).read_bytes() == (tmp_path / "direct" / output).read_bytes()
+    if compiler == "clang" and len(spelled) <= 2:  # only the object, spelled otherwise
+        assert (tmp_path / "w" / output).read_bytes() == (captured / "reference/0.0.o").read_bytes()
+    for side in extra:
+        assert (tmp_path / "w" / side).stat().st_size > 0
+
+
+# The scan (cached_dist/jobfile/writes.py) against clang-22's own reading of each command line
+# (``clang -###``): the object it writes, and the files cc1 is told to write.
+AGREES = [
+    "-o x.o", "-ox.o", "-o=x.o", "--output=x.o", "--output x.o", "-o a.o -o b.o",
+    "-o a.o --output=b.o", "-ox.o -o y.o", "-object -o x.o", "-object-file-name=f -o x.o",
+    "-objcmt-migrate-literals", "-ohos", "-Xclang -oevil.o -o x.o", "-Xclang=-oevil.o -o x.o",
+    "--serialize-diagnostics d -o x.o", "-ftime-trace=t.json -o x.o",
+    "-foptimization-record-file=r.yaml -o x.o", "-Xclang -stats-file=st -o x.o",
+    "-Xclang -serialize-diagnostic-file -Xclang d2 -o x.o", "-Xclang -ftime-trace=t3 -o x.o",
+    "-Xclang -opt-record-file -Xclang r2 -o x.o", "-Xclang -stack-usage-file -Xclang su -o x.o",
+    "-Xclang -split-dwarf-output -Xclang s.dwo -o x.o", "-MT -oevil -o x.o",
+    "-Xlinker -o -Xlinker evil -o x.o", "-Xassembler -oevil -o x.o",
+    "CL", "CL /Fox.obj", "CL /Fox", "CL /Fo:x.obj", "CL /Fo: x.obj", "CL -Fox.obj",
+    "CL /o x.obj", "CL /ox.obj", "CL -o x.obj", "CL -ox", "CL --output=x.obj",
+    "CL /clang:-ox.obj", "CL /clang:--output=x.obj", "CL /clang:-o /clang:x.obj",
+    "CL /Fox.obj /o y.obj", "CL /openmp /Fox.obj", "CL /openmpX", "CL /opt/x.obj",
+    "CL /Falist /Fox.obj", "CL /FAs /Falist.asm /Fox.obj", "CL -ftime-trace=t.json /Fox.obj",
+    "CL -Xclang -stats-file=q /Fox.obj", "CL -object-file-name=foo /Fox.obj", "CL -MD /Fox.obj",
+    "CL -MT /Fox.obj",
+]  # fmt: skip
+# cc1's options for files it writes (other than its object, -o).
+CC1_WRITES = ("-dependency-file", "-serialize-diagnostic-file", "-opt-record-file",
+              "-split-dwarf-output", "-stack-usage-file")  # fmt: skip
+CC1_WRITES_JOINED = ("-ftime-trace=", "-stats-file=")
+
+
+@requires_toolchain
+@pytest.mark.parametrize("line", AGREES)
+def test_the_scan_reads_a_command_as_clang_does(captured: Path, line: str) -> None:
+    from cached_dist.jobfile.writes import read
+
+    cl = line.startswith("CL")
+    extra = shlex.split(line.removeprefix("CL"))
+    base = ["-c", "-O2", "eval.o", "-fthinlto-index=eval.1.bc"]
+    driver = [CLANG_CL] if cl else [str(LLVM_BIN / "clang")]
+    done = subprocess.run([*driver, *base, *extra, "-###"], cwd=captured, capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    jobs = [shlex.split(x) for x in done.stderr.splitlines() if x.startswith(' "')]
+    assert jobs, done.stderr
+    objects, files = [], []
+    for job in jobs:
+        for k, arg in enumerate(job):
+            if arg == "-o":
+                objects.append(job[k + 1])
+            elif arg in CC1_WRITES:
+                files.append(job[k + 1])
+            elif arg.startswith(CC1_WRITES_JOINED):
+                files.append(arg.partition("=")[2])
+    clang_object, clang_files = objects[-1], files + objects[:-1]  # -save-temps, /Fa: cc1 -o
+    found = read([*base, *extra], "cl" if cl else "gcc")
+    assert found.refused is None
+    scanned = found.objects[-1][1] if found.objects else ("eval.obj" if cl else "eval.o")
+    assert scanned == clang_object
+    assert sorted(clang_files) == sorted(p for _, p in found.files), found.files
+
+
+@requires_toolchain
+@pytest.mark.parametrize("name", [
+    "clang", "clang-22", "clang++-22", "clang-cl", "clang-cl-22", "clang-cl-22.1", "cl",
+    "cl.exe", "cl22", "mycl", "foo-cl", "x86_64-w64-cl", "x-cl-y", "clang-cl-22-x", "CL",
+    "cl++", "dxc", "gcc", "cc", "python3",
+])  # fmt: skip
+def test_the_driver_mode_follows_the_program_s_name_as_clang_s(
+    tmp_path: Path, captured: Path, name: str
+) -> None:
+    """clang runs in clang-cl mode by the name it is started as: an object it names itself
+    ends in .obj then."""
+    from cached_dist.jobfile.writes import program_mode
+
+    (tmp_path / name).symlink_to(LLVM_BIN / "clang")
+    done = subprocess.run([str(tmp_path / name), "-c", "eval.o", "-fthinlto-index=e.bc", "-###"],
+                          cwd=captured, capture_output=True, text=True, timeout=60)  # fmt: skip
+    cl = '"-o" "eval.obj"' in done.stderr
+    assert cl or '"-o" "eval.o"' in done.stderr, done.stderr
+    assert (program_mode(name) == "cl") == cl

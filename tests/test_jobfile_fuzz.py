@@ -38,6 +38,7 @@ from typing import Any
 import pytest
 
 from store import LAYOUT
+from store.layout import TAG
 
 from .test_jobfile_checks import snapshot
 from .toolchain import Project, build, cached_dist_exe, requires_toolchain
@@ -350,7 +351,7 @@ def run_case(fuzz: Fuzz, seed: int) -> tuple[str, int]:
             f"{what}: changed {sorted(touched - allowed)} outside the outputs: {done.stderr}"
         )
     made = os.listdir(fuzz.cache) if fuzz.cache.exists() else []
-    assert set(made) <= set(LAYOUT), f"{what}: {made}"
+    assert set(made) <= {*LAYOUT, TAG}, f"{what}: {made}"
     for device in ("/dev/null", "/dev/zero"):  # named only through symlinks; still there?
         assert stat.S_ISCHR(os.stat(device).st_mode), f"{what}: {device} is gone"
     shutil.rmtree(case)

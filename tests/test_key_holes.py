@@ -209,6 +209,18 @@ def test_a_library_of_the_compiler_a_launcher_runs(tmp_path: Path, links: Links)
     must_miss(links, launch, launch, upgrade, remote_compiler=Path("/usr/bin/env"))
 
 
+def test_the_tool_word_of_a_multi_call_driver(tmp_path: Path, links: Links) -> None:
+    """--thinlto-remote-compiler-prepend-arg=WORD for a multi-call driver (LLVM's `llvm`,
+    which runs the tool its first word names): the driver is what compiles, and the word is
+    in the key as text. Here a driver that runs the LLVM tool of that name; `clang` then
+    `clang++` (the same objects for IR inputs) must miss all the same."""
+    driver = tmp_path / "llvm"
+    driver.write_text(f'#!/bin/sh\ntool=$1\nshift\nexec "{LLVM_BIN}/$tool" "$@"\n')
+    driver.chmod(0o755)
+    word = "-Wl,--thinlto-remote-compiler-prepend-arg="
+    must_miss(links, [f"{word}clang"], [f"{word}clang++"], remote_compiler=driver)
+
+
 @pytest.mark.skipif(not LLD_LINK.exists(), reason="lld-link-22 not installed")
 def test_an_added_backend_option_in_a_coff_link(tmp_path: Path) -> None:
     """The same for lld-link's /thinlto-remote-compiler-arg: (no program runs)."""
@@ -238,3 +250,16 @@ def test_prepend_words_in_the_key_by_identity() -> None:
     assert launched_programs((str(CLANG), "clang", "-c", "-O2")) == []
     assert launched_programs((str(CLANG), "-c", "-O2", str(CLANG))) == []  # after -c: text
     assert launched_programs((env, os.devnull, "-c")) == []  # not a regular file
+
+
+def test_keys_md_names_every_link_here() -> None:
+    """docs/keys.md's table of these cases names each end-to-end test of this file."""
+    import ast
+
+    keys_md = (Path(__file__).parent.parent / "docs" / "keys.md").read_text()
+    table = keys_md[keys_md.index("## The cases LLVM's own cache got wrong") :]
+    tree = ast.parse(Path(__file__).read_text())
+    links = [f.name for f in tree.body if isinstance(f, ast.FunctionDef)
+             and f.name.startswith("test_") and f.args.args]  # fmt: skip
+    assert len(links) >= 7
+    assert [name for name in links if f"`{name}" not in table] == []

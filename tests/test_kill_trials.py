@@ -155,6 +155,10 @@ def test_no_compiler_outlives_a_sigkilled_link(tmp_path: Path, runner: str, alon
         for pid in left:
             os.kill(pid, signal.SIGKILL)
     assert not left, f"compilers {left} alive {took:.2f} s after the kill"
+    print(
+        f"{runner}, {'cached-dist alone' if alone else 'group'}: no compiler {took:.3f} s "
+        "after the SIGKILL"
+    )  # issue 39 asks for 0.5 s; the bound above is for load
     link.communicate(timeout=60)
 
 
@@ -170,6 +174,7 @@ def test_kill_trials(tmp_path: Path) -> None:
     args = [f"--cache-dir={cache}", "--jobs=2", "--verbose"]
     exe = cached_dist_exe()
     outcomes: dict[str, int] = {}
+    links_run, longest = 0, 0.0  # links started (relinks too); the longest claim wait seen
     for trial in range(TRIALS):
         if rng.random() < 0.5:  # often from cold, so kills land mid-compile too
             run([exe, "clear", f"--cache-dir={cache}"], tmp_path)
@@ -184,10 +189,12 @@ def test_kill_trials(tmp_path: Path) -> None:
         how = f"trial {trial}: {sig.name} of {'cached-dist' if alone else 'the link'} {victim}"
         for out, link in links.items():
             _, err = link.communicate(timeout=300)
+            links_run += 1
             if out != victim:
                 assert link.returncode == 0, f"{how}: {out} failed: {err}"
             for waited in re.findall(r"waited ([0-9.]+) s for", err):
                 assert float(waited) < 10.0, f"{how}: {out} waited {waited} s: {err}"
+                longest = max(longest, float(waited))
         left = _wait_gone(_groups(log), 5.0)
         assert not left, f"{how}: compilers {left} outlived their links"
         code = links[victim].returncode
@@ -195,9 +202,11 @@ def test_kill_trials(tmp_path: Path) -> None:
         outcomes[outcome] = outcomes.get(outcome, 0) + 1
         if code != 0:  # the build tool runs it again
             again = project.link(victim, distributor_args=args, remote_compiler=compiler)
+            links_run += 1
             assert again.returncode == 0, f"{how}: relink failed: {again.stderr}"
             for waited in re.findall(r"waited ([0-9.]+) s for", again.stderr):
                 assert float(waited) < 10.0, f"{how}: relink waited {waited} s"
+                longest = max(longest, float(waited))
         for out in outs:
             assert (project.dir / out).read_bytes() == expected, f"{how}: {out} differs"
         assert project.run_program(victim) == project.expected_output
@@ -209,4 +218,5 @@ def test_kill_trials(tmp_path: Path) -> None:
             assert done.returncode == 0 and " 0 corrupt" in done.stdout, (
                 f"{how}: {done.stdout}{done.stderr}"
             )
-    print(f"kill trials: {TRIALS}, {dict(sorted(outcomes.items()))}")
+    print(f"kill trials: {TRIALS} ({links_run} links, every binary right), the longest wait for "
+          f"other links' claims {longest:.1f} s, {dict(sorted(outcomes.items()))}")  # fmt: skip

@@ -82,19 +82,3 @@ def test_a_variable_inherited_twice_reaches_programs_as_the_child_sees_it(
         got[how] = json.loads(out.read_text())
     assert got["as inherited"]["exec"] == ["first", "second"]  # what the guard is for
     assert got["own"]["exec"] == [got["own"]["environ"]]
-
-
-def test_the_pack_a_child_names_to_its_server() -> None:
-    """After its second word the child names its link's pack (serve/server.py _pack_word);
-    the server takes only a pair of strings, and nothing from bytes that are not one."""
-    import marshal
-
-    from cached_dist.serve.server import _SAID_MAX, _pack_said, _pack_word
-
-    pack = ("/home/u/.cache/cached-dist", "/home/u/build\0app")
-    assert _pack_said(_pack_word(pack)) == pack
-    assert _pack_word(None) == b"" and _pack_said(b"") is None
-    assert _pack_word(("/c", "x" * _SAID_MAX)) == b""  # would not be one write to the pipe
-    for said in (b"\xff\x00garbage", marshal.dumps(["a", "b"]), marshal.dumps(("a", 1)),
-                 marshal.dumps(("a", "b", "c")), marshal.dumps(("a", "b"))[:-1]):  # fmt: skip
-        assert _pack_said(said) is None

@@ -157,13 +157,13 @@ def test_decoded_shard_digests_wait_for_share_held(
     monkeypatch.chdir(tmp_path)
     jf = _two_big_shards(tmp_path)
     shared = SharedMemo()
-    keys = ShardKeys(LocalMemo(), 1, shared, hold=True)  # type: ignore[arg-type]
+    keys = ShardKeys(LocalMemo(), shared, hold=True)  # type: ignore[arg-type]
     keys.prepare(jf.jobs, Digests())
     assert keys.decoded == 2 and shared.shared == [] and len(keys.held) == 2
     keys.share_held()
     assert len(shared.shared) == 2 and keys.held == []
     at_once = SharedMemo()  # a process of its own shares them as soon as they are decoded
-    ShardKeys(LocalMemo(), 1, at_once).prepare(jf.jobs, Digests())  # type: ignore[arg-type]
+    ShardKeys(LocalMemo(), at_once).prepare(jf.jobs, Digests())  # type: ignore[arg-type]
     assert at_once.shared == shared.shared
 
 
@@ -179,17 +179,18 @@ def test_a_link_handed_back_gives_the_early_worker_no_order(
     from cached_dist.link.cached import output_roles, run_cached
     from cached_dist.log import Log
     from cached_dist.options import Options
+    from cached_dist.serve import early as early_worker
     from store import Store
     from store.placing import place_order
 
     from .test_shard_keys import DictMemo, examined, write_link
 
     monkeypatch.chdir(tmp_path)
-    jobs = write_link(tmp_path, 2 * shard_key.PARALLEL_MIN_JOBS_NATIVE)
+    jobs = write_link(tmp_path, early_worker.EARLY_MIN_JOBS)
     jf = JobFile(str(tmp_path / "app.json"), "lld", "app", None, ("/bin/true", "-c"), (),
                  tuple(jobs))  # fmt: skip
     store = Store(tmp_path / "cache")
-    keyed = compute_keys(jf, toolchain.NoMemo(), shard_key.ShardKeys(DictMemo(), 1))
+    keyed = compute_keys(jf, toolchain.NoMemo(), shard_key.ShardKeys(DictMemo()))
     for k in keyed[1:]:  # all but one: not a full hit
         assert k.key is not None
         Path(k.job.outputs[0]).write_bytes(b"object %d" % k.job.index)
@@ -197,7 +198,7 @@ def test_a_link_handed_back_gives_the_early_worker_no_order(
                   key_version=KEY_FORMAT, meta={})  # fmt: skip
         os.unlink(k.job.outputs[0])
     assert store.lookup([k.key for k in keyed if k.key]).keys() == {k.key for k in keyed[1:]}
-    early = shard_key.start_early(jobs, 2, place_order)
+    early = early_worker.start_early(jobs, 2, place_order)
     assert early is not None
     orders: list[object] = []
 

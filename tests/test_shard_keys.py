@@ -1,5 +1,5 @@
 """The shard ingredient of the key for a whole link: the per-link spelling table, the batched
-memo, and the forked workers (which must give exactly what one process gives)."""
+memo, and the early worker of a served link (which must give exactly what one process gives)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from cached_dist.jobfile import Job
 from cached_dist.keys import shard_key
 from cached_dist.keys.digests import Digests
 from cached_dist.keys.shard_key import ModulePaths, ShardKeys, _table_lookup
+from cached_dist.serve import early as early_worker
 from tests.store.helpers import counting_forks
 from tests.test_shard import G_FOO, G_GV, G_MAIN, make_shard
 
@@ -61,8 +62,8 @@ def write_link(root: Path, count: int, members: bool = True) -> list[Job]:
     return jobs
 
 
-def prepared(jobs: list[Job], parallel: int, memo: DictMemo | None = None) -> ShardKeys:
-    keys = ShardKeys(memo or DictMemo(), parallel)
+def prepared(jobs: list[Job], memo: DictMemo | None = None) -> ShardKeys:
+    keys = ShardKeys(memo or DictMemo())
     keys.prepare(jobs, Digests())
     return keys
 
@@ -93,59 +94,42 @@ def in_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.mark.parametrize("members", [True, False])
-def test_forked_workers_give_what_one_process_gives(
+def test_a_link_without_an_early_worker_decodes_every_shard_here(
     in_dir: Path, members: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    count = 2 * shard_key.PARALLEL_MIN_JOBS_NATIVE + 22
+    """Outside a warm server's child (no early worker) every shard is decoded in this
+    process, however many: a fork to split them paid for nothing (docs/design.md, "What
+    still pays")."""
+    count = early_worker.EARLY_MIN_JOBS + 22
     jobs = write_link(in_dir, count, members)
     forks = counting_forks(monkeypatch)
-    alone = prepared(jobs, parallel=1)
-    assert forks == []  # -j1: never forks
-    forked = ShardKeys(DictMemo(), 3)
+    here = count_decodes_here(monkeypatch)
     digests = Digests()
-    forked.prepare(jobs, digests)
-    assert len(forks) == 1  # two processes: 150 jobs are worth two workers, not three
-    assert forked.digests == alone.digests and len(alone.digests) == count
-    assert forked.decoded == count and forked.inexact == 0
-    assert all(d.startswith("canon:") for d in alone.digests.values())
-    # The parent heard every module digest its workers worked out: none is read again here.
-    learned = dict(digests.since(0))
-    assert {j.module for j in jobs} <= set(learned)
-    assert all(learned[j.module] == Digests().of(j.module) for j in jobs[:9])
-
-
-def test_a_failing_worker_leaves_its_share_to_the_parent(
-    in_dir: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    jobs = write_link(in_dir, 2 * shard_key.PARALLEL_MIN_JOBS_NATIVE + 1)
-    alone = prepared(jobs, parallel=1)
-
-    def broken(self: Digests, mark: int) -> list[tuple[str, str]]:  # only workers call it
-        raise RuntimeError("worker fails")
-
-    monkeypatch.setattr(Digests, "since", broken)
-    forked = prepared(jobs, parallel=2)
-    assert forked.digests == alone.digests and forked.decoded == len(jobs)
+    keys = ShardKeys(DictMemo())
+    keys.prepare(jobs, digests)
+    assert forks == [] and len(here) == count
+    assert keys.decoded == count and keys.inexact == 0 and len(keys.digests) == count
+    assert all(d.startswith("canon:") for d in keys.digests.values())
+    assert {j.module for j in jobs} <= dict(digests.since(0)).keys()
 
 
 def test_unreadable_shards_and_modules_leave_their_jobs_out(in_dir: Path) -> None:
-    jobs = write_link(in_dir, 2 * shard_key.PARALLEL_MIN_JOBS_NATIVE + 10)
+    jobs = write_link(in_dir, early_worker.EARLY_MIN_JOBS + 10)
     os.unlink(in_dir / jobs[5].shard)  # type: ignore[operator]
     os.unlink(in_dir / jobs[8].module)
-    for parallel in (1, 2):
-        keys = prepared(jobs, parallel)
-        assert 5 not in keys.digests and 8 not in keys.digests
-        assert len(keys.digests) == len(jobs) - 2
-        with pytest.raises(OSError, match="could not be read"):
-            keys(jobs[5], Digests())
+    keys = prepared(jobs)
+    assert 5 not in keys.digests and 8 not in keys.digests
+    assert len(keys.digests) == len(jobs) - 2
+    with pytest.raises(OSError, match="could not be read"):
+        keys(jobs[5], Digests())
 
 
 def test_memo_is_asked_once_per_link(in_dir: Path) -> None:
     jobs = write_link(in_dir, 40, members=False)  # thin-archive style: memoizable shards
     memo = DictMemo()
-    first = prepared(jobs, 1, memo)
+    first = prepared(jobs, memo)
     assert (first.decoded, first.memoized, memo.batches) == (40, 0, 1)
-    second = prepared(jobs, 1, memo)
+    second = prepared(jobs, memo)
     assert (second.decoded, second.memoized, memo.batches) == (0, 40, 2)
     assert second.digests == first.digests
 
@@ -209,15 +193,15 @@ def test_an_early_worker_gives_what_one_process_gives(
     """Started as the job file is loaded (a warm server's child), a worker decodes two in
     three of the per-link shards while the link checks its job file; prepare() decodes the
     rest."""
-    count = 2 * shard_key.PARALLEL_MIN_JOBS_NATIVE + 22
+    count = early_worker.EARLY_MIN_JOBS + 22
     jobs = write_link(in_dir, count)
-    alone = prepared(jobs, parallel=1)
+    alone = prepared(jobs)
     forks = counting_forks(monkeypatch)
-    early = shard_key.start_early(jobs, 2)
+    early = early_worker.start_early(jobs, 2)
     assert early is not None and len(forks) == 1
     assert len(early.share) == sum(1 for i in range(count) if i % 3 < 2)
     here = count_decodes_here(monkeypatch)
-    keys = ShardKeys(DictMemo(), 2, early=early)
+    keys = ShardKeys(DictMemo(), early=early)
     digests = Digests(examined(jobs))
     keys.prepare(jobs, digests)
     assert len(forks) == 1  # no other worker
@@ -234,10 +218,10 @@ def test_an_early_worker_s_module_digests_spare_this_process_reading_modules(
     process then reads only the shards it decodes itself, and no module."""
     from cached_dist.keys import digests as digests_module
 
-    count = 2 * shard_key.PARALLEL_MIN_JOBS_NATIVE + 22
+    count = early_worker.EARLY_MIN_JOBS + 22
     jobs = write_link(in_dir, count)
-    alone = prepared(jobs, parallel=1)
-    early = shard_key.start_early(jobs, 2)
+    alone = prepared(jobs)
+    early = early_worker.start_early(jobs, 2)
     assert early is not None
     read: list[str] = []
     real = digests_module.read_regular
@@ -247,7 +231,7 @@ def test_an_early_worker_s_module_digests_spare_this_process_reading_modules(
         return real(path, seen)
 
     monkeypatch.setattr(digests_module, "read_regular", counted)
-    keys = ShardKeys(DictMemo(), 2, early=early)
+    keys = ShardKeys(DictMemo(), early=early)
     keys.prepare(jobs, Digests(examined(jobs)))
     assert keys.digests == alone.digests
     theirs = {job.index for job in early.share}
@@ -258,21 +242,21 @@ def test_an_early_worker_s_module_digests_spare_this_process_reading_modules(
 def test_an_early_worker_that_died_leaves_its_share_here(in_dir: Path) -> None:
     import signal
 
-    jobs = write_link(in_dir, 2 * shard_key.PARALLEL_MIN_JOBS_NATIVE + 3)
-    alone = prepared(jobs, parallel=1)
-    early = shard_key.start_early(jobs, 2)
+    jobs = write_link(in_dir, early_worker.EARLY_MIN_JOBS + 3)
+    alone = prepared(jobs)
+    early = early_worker.start_early(jobs, 2)
     assert early is not None
     os.kill(early.worker.pid, signal.SIGKILL)
-    keys = ShardKeys(DictMemo(), 2, early=early)
+    keys = ShardKeys(DictMemo(), early=early)
     keys.prepare(jobs, Digests())
     assert keys.digests == alone.digests and keys.decoded == len(jobs)
 
 
 def test_no_early_worker_when_it_would_not_pay(in_dir: Path) -> None:
-    enough = 2 * shard_key.PARALLEL_MIN_JOBS_NATIVE
-    assert shard_key.start_early(write_link(in_dir / "few", enough - 1), 2) is None
-    assert shard_key.start_early(write_link(in_dir / "thin", enough, members=False), 2) is None
-    assert shard_key.start_early(write_link(in_dir / "j1", enough), 1) is None
+    enough = early_worker.EARLY_MIN_JOBS
+    assert early_worker.start_early(write_link(in_dir / "few", enough - 1), 2) is None
+    assert early_worker.start_early(write_link(in_dir / "thin", enough, members=False), 2) is None
+    assert early_worker.start_early(write_link(in_dir / "j1", enough), 1) is None
 
 
 def test_an_early_worker_is_stopped_when_the_job_file_is_refused(in_dir: Path) -> None:
@@ -286,7 +270,7 @@ def test_an_early_worker_is_stopped_when_the_job_file_is_refused(in_dir: Path) -
     from cached_dist.log import Log
     from cached_dist.options import Options
 
-    jobs = write_link(in_dir, 2 * shard_key.PARALLEL_MIN_JOBS_NATIVE)
+    jobs = write_link(in_dir, early_worker.EARLY_MIN_JOBS)
     bad = jobs[0].replace(args=jobs[0].args, outputs=(jobs[1].module,))
     jf = JobFile(str(in_dir / "app.json"), "lld", "app", None, ("clang", "-c", "-o"),
                  (), (bad, *jobs[1:]))  # fmt: skip
@@ -311,20 +295,21 @@ def test_a_file_replaced_after_the_early_worker_read_it_is_keyed_as_checked(
     """The early worker reads before the job-file checks: a module (or shard) replaced in
     between must not be keyed by the content the worker saw. Its results count only for
     files the checks found as it read them."""
-    import time
+    import select
 
-    jobs = write_link(in_dir, 2 * shard_key.PARALLEL_MIN_JOBS_NATIVE + 22)
-    early = shard_key.start_early(jobs, 2)
+    jobs = write_link(in_dir, early_worker.EARLY_MIN_JOBS + 22)
+    early = early_worker.start_early(jobs, 2)
     assert early is not None
     victim = jobs[1]  # the worker's (1 % 3 < 2), and imported by none
     assert victim.index in {j.index for j in early.share}
-    time.sleep(0.5)  # the worker has read it by now
+    # The worker has read it once its first message, every module's digest, is on its way.
+    assert select.select([early.worker.read_fd], [], [], 60)[0]
     (in_dir / "new").write_bytes(b"module changed")
     os.replace(in_dir / "new", in_dir / victim.module)
     checked = examined(jobs)
-    keys, digests = ShardKeys(DictMemo(), 2, early=early), Digests(checked)
+    keys, digests = ShardKeys(DictMemo(), early=early), Digests(checked)
     keys.prepare(jobs, digests)
-    alone, by_itself = ShardKeys(DictMemo(), 1), Digests(checked)
+    alone, by_itself = ShardKeys(DictMemo()), Digests(checked)
     alone.prepare(jobs, by_itself)
     assert digests.of(victim.module) == by_itself.of(victim.module) == Digests().of(victim.module)
     assert keys.digests == alone.digests
@@ -341,14 +326,14 @@ def test_keys_of_jobs_decoded_here_come_before_the_early_worker_s_are_taken(
     from cached_dist.keys.compute import Keyed, compute_keys
 
     monkeypatch.setattr(toolchain, "identity", lambda *a, **k: "tool")
-    jobs = write_link(in_dir, 2 * shard_key.PARALLEL_MIN_JOBS_NATIVE + 22)
+    jobs = write_link(in_dir, early_worker.EARLY_MIN_JOBS + 22)
     jf = JobFile(str(in_dir / "app.json"), "lld", "app", None, ("clang", "-c"), (), tuple(jobs))
-    alone = compute_keys(jf, toolchain.NoMemo(), ShardKeys(DictMemo(), 1))
-    early = shard_key.start_early(jobs, 2)
+    alone = compute_keys(jf, toolchain.NoMemo(), ShardKeys(DictMemo()))
+    early = early_worker.start_early(jobs, 2)
     assert early is not None
     theirs = {job.index for job in early.share}
     here = count_decodes_here(monkeypatch)
-    keys = ShardKeys(DictMemo(), 2, early=early)
+    keys = ShardKeys(DictMemo(), early=early)
     batches: list[list[int]] = []
 
     def on_keyed(keyed: list[Keyed]) -> None:
@@ -358,7 +343,9 @@ def test_keys_of_jobs_decoded_here_come_before_the_early_worker_s_are_taken(
 
     together = compute_keys(jf, toolchain.NoMemo(), keys, examined=examined(jobs),
                             on_keyed=on_keyed)  # fmt: skip
-    assert len(here) == len(jobs) - len(theirs)  # the worker's results were taken
+    # The worker's results were taken (if not: how the worker ended, for the record).
+    assert len(here) == len(jobs) - len(theirs), (early.lost, len(early.same),
+                                                  vars(early.worker))  # fmt: skip
     assert batches == [[j.index for j in jobs if j.index not in theirs], sorted(theirs)]
     assert [(k.job.index, k.key) for k in together] == [(k.job.index, k.key) for k in alone]
     assert all(k.key for k in together)
@@ -371,14 +358,14 @@ def test_own_paths_looked_up_by_the_decoder_give_the_digests_module_digest_gives
     (ModulePaths.lookup's ``own``): the shard digests are those of asking module_digest for
     every path."""
     jobs = write_link(in_dir, 40)
-    shortcut = prepared(jobs, 1)
+    shortcut = prepared(jobs)
     real = shard_key._decode
 
     def without(data: bytes, lookup: Any, own: Any = None, known: Any = None) -> Any:
         return real(data, lookup)
 
     monkeypatch.setattr(shard_key, "_decode", without)
-    asked = prepared(jobs, 1)
+    asked = prepared(jobs)
     assert shortcut.digests == asked.digests and len(asked.digests) == 40
     assert all(d.startswith("canon:") for d in asked.digests.values())
 
@@ -387,7 +374,7 @@ def test_a_job_that_only_imports_members_counts_as_naming_them(in_dir: Path) -> 
     """main.o is not a member, but its shard names the members it imports by their per-link
     names: it is decoded on every link like theirs (never memoized: its memo key could not
     come again) and may go to the early worker."""
-    count = 2 * shard_key.PARALLEL_MIN_JOBS_NATIVE + 22
+    count = early_worker.EARLY_MIN_JOBS + 22
     jobs = write_link(in_dir, count)
     ids = {1: G_MAIN, 2: G_FOO, 3: G_GV}
     (in_dir / "main.o").write_bytes(b"main")
@@ -396,12 +383,12 @@ def test_a_job_that_only_imports_members_counts_as_naming_them(in_dir: Path) -> 
     )
     jobs.append(Job(count, (), "main.o", "main.thinlto.bc", (member(0),), (), ("main.n.o",)))
     memo = DictMemo()
-    keys = prepared(jobs, parallel=1, memo=memo)
+    keys = prepared(jobs, memo)
     assert keys.decoded == count + 1 and memo.data == {}
-    early = shard_key.start_early(jobs, 2)
+    early = early_worker.start_early(jobs, 2)
     assert early is not None
     assert len(early.share) == sum(1 for i in range(count + 1) if i % 3 < 2)
-    assert shard_key._named(jobs) == {j.module for j in jobs}
+    assert shard_key.named_modules(jobs) == {j.module for j in jobs}
     early.cancel()
 
 
@@ -419,9 +406,9 @@ def write_job_file(path: Path, jobs: list[Job]) -> bytes:
 
 
 def _standby(plan: Any = None) -> Any:
-    from store.forked import standby
+    from procs.forked import standby
 
-    ready = standby(plan or (lambda m: shard_key.standby_plan(m, None)), lambda told: None,
+    ready = standby(plan or (lambda m: early_worker.standby_plan(m, None)), lambda told: None,
                     first=True, then=False)  # fmt: skip
     assert ready is not None
     return ready
@@ -435,18 +422,18 @@ def test_a_told_standby_is_the_early_worker_and_gives_what_one_process_gives(
     worker forked now would. No process is forked for the link."""
     from cached_dist import jobfile
 
-    count = 2 * shard_key.PARALLEL_MIN_JOBS_NATIVE + 22
+    count = early_worker.EARLY_MIN_JOBS + 22
     write_link(in_dir, count)
     raw = write_job_file(in_dir / "app.json", write_link(in_dir, count))
     jobs = list(jobfile.load("app.json").jobs)
-    alone = prepared(jobs, parallel=1)
+    alone = prepared(jobs)
     ready = _standby()
     forks = counting_forks(monkeypatch)
-    assert ready.go(shard_key.standby_message(raw, "app.json", 2))
-    early = shard_key.start_early(jobs, 2, None, ready)
+    assert ready.go(early_worker.standby_message(raw, "app.json", 2))
+    early = early_worker.start_early(jobs, 2, None, ready)
     assert early is not None and early.worker is ready.worker and forks == []
     here = count_decodes_here(monkeypatch)
-    keys = ShardKeys(DictMemo(), 2, early=early)
+    keys = ShardKeys(DictMemo(), early=early)
     keys.prepare(jobs, Digests(examined(jobs)))
     assert not early.lost and len(here) == count - len(early.share)
     assert keys.digests == alone.digests and keys.decoded == count
@@ -462,11 +449,11 @@ def test_a_standby_on_other_jobs_gives_nothing_and_the_link_does_the_work(
     one the link works out (its job indices, sent first) - and nothing it sends is taken."""
     from cached_dist import jobfile
 
-    count = 2 * shard_key.PARALLEL_MIN_JOBS_NATIVE + 22
+    count = early_worker.EARLY_MIN_JOBS + 22
     raw = write_job_file(in_dir / "app.json", write_link(in_dir, count))
     jobs = list(jobfile.load("app.json").jobs)
-    alone = prepared(jobs, parallel=1)
-    message: Any = shard_key.standby_message(raw, "app.json", 2)
+    alone = prepared(jobs)
+    message: Any = early_worker.standby_message(raw, "app.json", 2)
     plan = None
     if how == "another file":
         write_job_file(in_dir / "app.json", jobs[:-1])
@@ -476,15 +463,15 @@ def test_a_standby_on_other_jobs_gives_nothing_and_the_link_does_the_work(
 
         def plan(m: Any) -> Any:
             rest = jobs[1:]
-            first, work, learned = shard_key._early_work(rest, [j for j in rest if j.index % 2])
+            first, work, learned = early_worker._early_work(rest, [j for j in rest if j.index % 2])
             return work, learned, first, None
 
     ready = _standby(plan)
     assert ready.go(message)
-    early = shard_key.start_early(jobs, 2, None, ready)
+    early = early_worker.start_early(jobs, 2, None, ready)
     assert early is not None and early.worker is ready.worker
     here = count_decodes_here(monkeypatch)
-    keys = ShardKeys(DictMemo(), 2, early=early)
+    keys = ShardKeys(DictMemo(), early=early)
     keys.prepare(jobs, Digests(examined(jobs)))
     assert early.lost and len(here) == count  # every shard decoded here
     assert keys.digests == alone.digests
@@ -501,19 +488,19 @@ def test_a_served_link_tells_its_standby_and_forks_no_worker(
     from cached_dist.serve.handoff import FallBack
     from cached_dist.serve.server import _standby as spare_standby
 
-    count = 2 * shard_key.PARALLEL_MIN_JOBS_NATIVE + 22
+    count = early_worker.EARLY_MIN_JOBS + 22
     write_job_file(in_dir / "app.json", write_link(in_dir, count))
     ready = spare_standby()
     assert ready is not None
     started: list[Any] = []
-    real = shard_key.start_early
+    real = early_worker.start_early
 
     def recorded(*args: Any) -> Any:
         early = real(*args)
         started.append((args[3] if len(args) > 3 else None, early))
         return early
 
-    monkeypatch.setattr(shard_key, "start_early", recorded)
+    monkeypatch.setattr(early_worker, "start_early", recorded)
     forks = counting_forks(monkeypatch)
 
     class Handoff:
@@ -534,21 +521,21 @@ def test_a_served_link_tells_its_standby_and_forks_no_worker(
 
 def test_a_small_served_link_leaves_its_standby_untold(in_dir: Path) -> None:
     """A job file with fewer jobs than an early worker needs is not told to the standby
-    (shard_key.may_start_early, judged on the bytes before they are parsed): the standby
+    (early_worker.may_start_early, judged on the bytes before they are parsed): the standby
     would parse it for nothing, beside the link, on the link's processors."""
     from cached_dist import cli
     from cached_dist.serve.handoff import FallBack
     from cached_dist.serve.server import _standby as spare_standby
 
-    least = 2 * shard_key.PARALLEL_MIN_JOBS_NATIVE
+    least = early_worker.EARLY_MIN_JOBS
     write_job_file(in_dir / "small.json", write_link(in_dir, least - 1))
     raw = (in_dir / "small.json").read_bytes()
-    assert raw.count(b'"outputs"') == least - 1 and not shard_key.may_start_early(raw)
-    assert shard_key.may_start_early(raw + b'"outputs"')
+    assert raw.count(b'"outputs"') == least - 1 and not early_worker.may_start_early(raw)
+    assert early_worker.may_start_early(raw + b'"outputs"')
     # as count() counts: '"outputs"outputs"' holds one, not two that share a quote
-    assert not shard_key.may_start_early(b'"outputs"' * (least - 2) + b'"outputs"outputs"')
-    assert shard_key.may_start_early(b'"outputs"' * least)
-    assert not shard_key.may_start_early(b'"outputs"' * (least - 1) + b'"output"')
+    assert not early_worker.may_start_early(b'"outputs"' * (least - 2) + b'"outputs"outputs"')
+    assert early_worker.may_start_early(b'"outputs"' * least)
+    assert not early_worker.may_start_early(b'"outputs"' * (least - 1) + b'"output"')
     ready = spare_standby()
     assert ready is not None
 

@@ -25,6 +25,11 @@ def split_invocation(args: Sequence[str]) -> tuple[list[str], list[str], str]:
         raise UsageError("missing JOBFILE (see cached-dist --help)")
     *head, job_file = args
     if job_file == "--" or (job_file.startswith("-") and job_file in _flag_words()):
+        from ..options import BY_FLAG
+
+        spec = BY_FLAG.get(job_file)
+        if spec is not None and spec.convert is not None:  # `cached-dist --cache-dir`
+            raise UsageError(f"option {job_file} needs a value ({spec.metavar})")
         raise UsageError("missing JOBFILE: it must be the last argument")
     if "--" in head:
         cut = head.index("--")
@@ -74,16 +79,20 @@ def main(argv: Sequence[str] | None = None, handoff: Handoff | None = None) -> i
         return INTERNAL_ERROR
 
 
-def _quiet_on_closed_pipe() -> None:
-    from .pipe import die_on_closed_pipe
+def _print_and_finish(text: str) -> int:
+    """``--help``, ``--version``: quiet on a closed pipe, one error line on a full disk."""
+    from .pipe import die_on_closed_pipe, finish_output
 
     die_on_closed_pipe()
+    print(text)
+    finish_output()
+    return 0
 
 
-def command_at(args: Sequence[str]) -> int | None:
-    """Where the command word is (``stats`` in ``cached-dist -v --cache-dir X stats``): the
-    first word that is neither an option nor an option's value, if it names a command. Global
-    options may come before a command, as with git or ccache."""
+def _first_word(args: Sequence[str]) -> int | None:
+    """Where the first word is that is neither an option nor an option's value (``stats`` in
+    ``cached-dist -v --cache-dir X stats``), before any ``--``: the command's place, if it
+    names one. Global options may come before a command, as with git or ccache."""
     from ..options import BY_FLAG
 
     i = 0
@@ -92,7 +101,7 @@ def command_at(args: Sequence[str]) -> int | None:
         if word == "--":
             return None
         if not word.startswith("-") or word == "-":
-            return i if word in SUBCOMMANDS else None
+            return i
         spec = BY_FLAG.get(word)
         if spec is not None and spec.convert is not None:
             i += 1  # its value: `--cache-dir stats` names a directory called stats
@@ -107,7 +116,14 @@ def _not_a_job_file(word: str) -> None:
         return
     if word.startswith("-"):
         raise UsageError(f"unknown option {word!r} (see cached-dist --help)")
-    if os.sep in word or "." in word:
+    if word == "help":  # as `git help`
+        raise UsageError("unknown command 'help' (did you mean '--help'?)")
+    _not_a_command(word)
+
+
+def _not_a_command(word: str) -> None:
+    """Raises a usage error for a word close to a command's name that names no file."""
+    if os.sep in word or "." in word or os.path.lexists(word):
         return
     import difflib
 
@@ -117,20 +133,20 @@ def _not_a_job_file(word: str) -> None:
 
 
 def _main(args: list[str], handoff: Handoff | None = None) -> int:
-    at = command_at(args)
-    if at is not None:
+    at = _first_word(args)
+    if at is not None and args[at] in SUBCOMMANDS:
         from .commands import run_command
 
         return run_command(args[at], [*args[:at], *args[at + 1 :]])
     before_inner = args[: args.index("--")] if "--" in args else args
     if "-h" in before_inner or "--help" in before_inner:
-        _quiet_on_closed_pipe()
-        print(help_text())
-        return 0
+        return _print_and_finish(help_text())
     if "--version" in before_inner:
-        _quiet_on_closed_pipe()
-        print(f"cached-dist {__version__}")
-        return 0
+        return _print_and_finish(f"cached-dist {__version__}")
+    if at is not None and at < len(before_inner) - 1:
+        # A word before the job file's place: a mistyped command (`stat --cache-dir=X`)
+        # is told as one, not as the option after it.
+        _not_a_command(args[at])
     flags, inner, job_file_path = split_invocation(args)
     _not_a_job_file(job_file_path)
     from ..options import resolve

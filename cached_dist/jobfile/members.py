@@ -138,7 +138,7 @@ def socket_host() -> str:
 def process_start(pid: int) -> str:
     """The process's start time in clock ticks since boot ("" if unknown): with the pid, it
     tells a live owner from a later process that reuses its pid."""
-    from store.fsutil import proc_stat
+    from procs import proc_stat
 
     try:
         fields = proc_stat(pid)

@@ -1,4 +1,4 @@
-"""The shard ingredient of the key: canonical summary shards, memoized and decoded in parallel.
+"""The shard ingredient of the key: canonical summary shards, memoized, decoded once a link.
 
 A shard names modules by path and values by per-link ids (see docs/shards.md); its canonical
 form (:mod:`cached_dist.bitcode.shard`, computed by the C extension when it is built, see
@@ -9,9 +9,10 @@ form (:mod:`cached_dist.bitcode.shard`, computed by the C extension when it is b
   with thin archives or no archives, are never decoded twice; shards of jobs that name a
   regular archive member (a per-link name) are neither looked up nor stored, as their memo
   key could never come again;
-- the shards left to decode are split across forked workers when there are enough of them;
-  those of a regular archive's members (decoded on every link) from the moment the job file
-  is loaded (:func:`start_early`), while this process checks the job file and opens the store.
+- the shards left to decode are decoded here, except in a warm server's child, where those
+  of a regular archive's members (decoded on every link) are mostly decoded by the link's
+  early worker from the moment the job file is loaded (serve/early.py), while this process
+  checks the job file and opens the store.
 """
 
 from __future__ import annotations
@@ -23,12 +24,6 @@ import xxhash
 from ..jobfile import Job
 from .digests import Digests
 
-# The least work worth a forked worker (store.forked.workers_for): a fork and its results cost
-# ~3 ms. The pure-Python decoder does ~2 MB/s; with the native one, reading a shard and the
-# modules it names costs about as much as decoding it, ~0.1 ms a job in all.
-PARALLEL_MIN_BYTES = 64 * 1024
-PARALLEL_MIN_JOBS_NATIVE = 64  # per worker: 128 jobs make two
-ESTIMATED_SHARD = 4096  # a shard not read yet, for the threshold above
 #: With the native decoder, shards are decoded here unless there are at least this many bytes
 #: of them to decode: 1 MB takes it ~25 ms, about one round trip to a remote tier over a WAN,
 #: and asking a remote for shard digests is a round trip of its own (the results' lookup needs
@@ -39,9 +34,7 @@ SHARED_MIN_BYTES = 1 << 20
 TYPE_CHECKING = False  # typing and dataclasses cost ~15 ms of a ~100 ms cache hit
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
-    from typing import Any, Protocol
-
-    from store.forked import Plan, Standby, Worker
+    from typing import Protocol
 
     class Memo(Protocol):
         def memo_get(self, namespace: str, key: str) -> str | None: ...
@@ -57,6 +50,16 @@ if TYPE_CHECKING:
 
         def memo_many(self, namespace: str, keys: Sequence[str]) -> dict[str, str]: ...
         def memo_share(self, namespace: str, items: Sequence[tuple[str, str]]) -> None: ...
+
+    class Early(Protocol):
+        """A worker decoding some of the link's per-link shards (serve/early.py): ``share``
+        the jobs it decodes, ``members`` the link's per-link member names."""
+
+        share: list[Job]
+        members: set[str]
+
+        def modules(self, digests: Digests) -> None: ...
+        def take(self, digests: Digests) -> dict[int, Decoded]: ...
 
 
 def spellings(path: str, cwd: str, normal_cwd: bool = False) -> tuple[str, ...]:
@@ -155,8 +158,8 @@ class ShardKeys:
     """Computes every job's shard digest for one link up front; then serves them to the key."""
 
     def __init__(
-        self, memo: Memo, parallel: int, shared: SharedMemo | None = None,
-        early: Early | None = None, hold: bool = False,
+        self, memo: Memo, shared: SharedMemo | None = None, early: Early | None = None,
+        hold: bool = False,
     ) -> None:  # fmt: skip
         self.memo = memo
         self.shared = shared  # asked, in one batch, for what the local memo lacks
@@ -165,7 +168,6 @@ class ShardKeys:
         self.hold = hold
         self.held: list[tuple[str, str]] = []
         self.early = early  # a worker decoding some per-link shards of the jobs begin() gets
-        self.parallel = max(1, parallel)
         self.digests: dict[int, str] = {}
         self.decoded = 0  # shards decoded in this link
         self.memoized = 0  # shards whose canonical digest came from the memo
@@ -174,8 +176,7 @@ class ShardKeys:
         self._later: tuple[Early, ModulePaths, list[Task]] | None = None
 
     def prepare(self, jobs: Sequence[Job], digests: Digests) -> None:
-        """Looks up the memo for every job (one batch); decodes the rest, in parallel when
-        worth it."""
+        """Looks up the memo for every job (one batch); decodes the rest."""
         self.begin(jobs, digests)
         self.finish(digests)
 
@@ -189,12 +190,12 @@ class ShardKeys:
             self.early.modules(digests)  # none of them read here, then
             members = self.early.members
         else:
-            members = _members(_named(jobs))
+            members = per_link_members(named_modules(jobs))
         for job in jobs:
             if job.shard is None:
                 self.digests[job.index] = "none"
                 continue
-            if members and _names_any(members, job):
+            if members and names_any(members, job):
                 # The memo key holds this link's member names: it could never hit again. Its
                 # shard is read where it is decoded (perhaps in a worker).
                 todo.append((job.index, "", None, job))
@@ -231,7 +232,7 @@ class ShardKeys:
             later = [t for t in todo if t[0] in theirs]
             todo = [t for t in todo if t[0] not in theirs]
             self._later = (self.early, paths, later)
-        learned = self._record(todo, self._decode_all(todo, paths))
+        learned = self._record(todo, [decode_task(t, paths) for t in todo])
         self.memo.memo_put_many("shard", learned)  # one transaction for the whole link
         if learned and shared is not None:
             if self.hold:
@@ -249,7 +250,7 @@ class ShardKeys:
         self._later = None
         if later:
             done = early.take(digests)
-            self._record(later, [done[t[0]] if t[0] in done else _decode_task(t, paths)
+            self._record(later, [done[t[0]] if t[0] in done else decode_task(t, paths)
                                  for t in later])  # fmt: skip
 
     def _record(self, tasks: list[Task], decoded: list[Decoded]) -> list[tuple[str, str]]:
@@ -280,212 +281,8 @@ class ShardKeys:
             raise OSError(f"summary shard {job.shard} could not be read")
         return found
 
-    def _decode_all(self, todo: list[Task], paths: ModulePaths) -> list[Decoded]:
-        """Each task's (digest, exact), None for one that cannot be read; split across
-        forked workers when there is enough work (and no early worker is at it)."""
-        if not todo:
-            return []
-        from ..bitcode.native import NATIVE
 
-        if NATIVE:
-            work, least = len(todo), PARALLEL_MIN_JOBS_NATIVE
-        else:
-            work = sum(len(t[2] or b"") or ESTIMATED_SHARD for t in todo)
-            least = PARALLEL_MIN_BYTES
-        # Not worth a worker (no fork, no import), or the early worker has the other core.
-        if self.parallel < 2 or work < 2 * least or self.early is not None:
-            return [_decode_task(t, paths) for t in todo]
-        from store.forked import workers_for
-
-        workers = workers_for(work, least, min(self.parallel, len(todo)))
-        return _decode_forked(todo, paths, workers)
-
-
-class Early:
-    """A forked worker that works out the digest of every module the link's jobs name, then
-    decodes some of its per-link shards (:func:`start_early`)."""
-
-    def __init__(self, worker: Worker, share: list[Job], members: set[str]) -> None:
-        self.worker = worker
-        self.share = share
-        self.members = members  # the link's per-link member names (_members), judged once
-        self.same: set[str] = set()  # what modules() found the worker read as checked
-        self.lost = False  # it works on other jobs than these (a standby that read another file)
-
-    def modules(self, digests: Digests) -> None:
-        """Takes the module digests the worker sends first into ``digests`` (see
-        :meth:`take` for which), so that this process reads none of those files itself.
-        The worker names the jobs it decodes first: if they are not :attr:`share`, nothing
-        it sends is taken."""
-        sent = self.worker.first()
-        try:
-            indices, *learned = sent
-            self.lost = list(indices) != [job.index for job in self.share]
-        except (ValueError, TypeError):
-            self.lost = True
-        found = None if self.lost else _learned(learned, digests)
-        if found is not None:
-            self.same = found[0]
-
-    def take(self, digests: Digests) -> dict[int, Decoded]:
-        """The worker's results by job index ({} if it failed), and the module digests it
-        worked out into ``digests``: only those of files it read as the job-file checks
-        found them (``digests`` holds their stat), and only the results of jobs all of whose
-        files it read so. It read them before the checks: a file replaced meanwhile would
-        otherwise be keyed by content nobody compiles."""
-        if self.lost:
-            return {}
-        sent: list[Any] = []
-        done = self.worker.collect(_revive, sent.append, len(self.share))
-        found = _learned(sent[0], digests) if done is not None else None
-        if done is None or found is None:
-            return {}
-        same = (self.same - found[1]) | found[0]  # as last read
-        return {job.index: result for job, result in zip(self.share, done, strict=True)
-                if job.shard in same and job.module in same
-                and same.issuperset(job.imports)}  # fmt: skip
-
-    def cancel(self) -> None:
-        """Stops the worker if its results were not taken (the link went another way) or it
-        is placing outputs nobody waits for; else lets it end (it waits for an order)."""
-        self.worker.cancel()
-
-
-def start_early(
-    jobs: Sequence[Job], parallel: int, then: Callable[[Any], Any] | None = None,
-    standby: Standby | None = None,
-) -> Early | None:  # fmt: skip
-    """Starts a forked worker, when a link has enough shards that name a regular archive's
-    members (per-link names: never memoized, so every link decodes them) for two processes;
-    None otherwise. The worker first works out the digest of every module the jobs name, and
-    sends them (this process then reads none of them), then decodes two in three of those
-    shards. Reading and decoding touches nothing, so it may begin before the job file is
-    checked. Meanwhile this process checks the job file, opens the store, decodes the other
-    third and keys and looks up those jobs (compute_keys): about as long as the worker takes
-    (docs/design.md, "Shards decoded from the start"). With ``then``, the worker then waits
-    for one order (``Early.worker.order``), such as placing some outputs.
-
-    With a ``standby`` told of this job file already (:func:`standby_plan`), that process
-    is the worker, and none is forked."""
-    planned = _early_plan(jobs, parallel)
-    if planned is None:
-        return None
-    share, members = planned
-    if standby is not None and standby.told:
-        return Early(standby.worker, share, members)
-    from store.forked import start
-
-    first, work, learned = _early_work(jobs, share)
-    worker = start(work, learned, first, then)
-    return Early(worker, share, members) if worker is not None else None
-
-
-def _early_plan(jobs: Sequence[Job], parallel: int) -> tuple[list[Job], set[str]] | None:
-    """The early worker's share of the jobs and the link's per-link member names, when an
-    early worker is worth it (:func:`start_early`)."""
-    from ..bitcode.native import NATIVE
-
-    if not NATIVE or parallel < 2:
-        return None
-    members = _members(_named(jobs))
-    if not members:
-        return None
-    picked = [j for j in jobs if j.shard is not None and _names_any(members, j)]
-    if len(picked) < 2 * PARALLEL_MIN_JOBS_NATIVE:
-        return None
-    return [job for i, job in enumerate(picked) if i % 3 < 2], members
-
-
-def _early_work(
-    jobs: Sequence[Job], share: list[Job]
-) -> tuple[Callable[[], object], Callable[[], list[Decoded]], Callable[[], object]]:
-    """The early worker's first message (its share's job indices, then the digest of every
-    module the jobs name), its work (decoding its share) and what it learned on the way."""
-    digests = Digests()
-    paths = ModulePaths(digests)
-    sent: list[Any] = [0, {}]  # how many digests and which identities went first
-
-    def first() -> object:
-        for path in _named(jobs):
-            try:  # noqa: SIM105 - contextlib imports collections: ~1 ms of a full hit
-                digests.of(path)
-            except OSError:
-                pass  # this process finds out itself, and says so in its own words
-        sent[:] = [digests.mark(), dict(digests.identities)]
-        return ([job.index for job in share], digests.since(0),
-                list(digests.identities.items()))  # fmt: skip
-
-    def work() -> list[Decoded]:
-        return [_decode_task((job.index, "", None, job), paths) for job in share]
-
-    def learned() -> object:
-        # The identities not sent first, or other now: a file read twice (a shard also named
-        # as a module) counts as last read.
-        before = sent[1]
-        return digests.since(sent[0]), [(path, seen) for path, seen in digests.identities.items()
-                                        if before.get(path) != seen]  # fmt: skip
-
-    return first, work, learned
-
-
-def standby_plan(message: Any, then: Callable[[Any], Any] | None) -> Plan | None:
-    """What a standby (store.forked.standby, forked by a warm server's spare before its link
-    comes) does as a link's early worker, told by :func:`standby_message`: it reads the job
-    file the link read, from the link's working directory, and works out the same share
-    (Early.modules checks it does). None, and it ends, if the directory is not the link's, the
-    file is not what the link read, or no early worker would pay."""
-    from .. import jobfile
-    from ..errors import CachedDistError
-
-    try:
-        cwd, identity, path, digest, parallel = message
-        os.chdir(str(cwd))
-        here = os.stat(".")
-        if [here.st_dev, here.st_ino] != list(identity):
-            return None
-
-        def same(raw: bytes) -> None:
-            if xxhash.xxh3_128_hexdigest(raw) != digest:
-                raise ValueError("another job file")
-
-        jobs = jobfile.load(str(path), same).jobs
-    except (ValueError, TypeError, OSError, CachedDistError):
-        return None
-    planned = _early_plan(jobs, int(parallel))
-    if planned is None:
-        return None
-    first, work, learned = _early_work(jobs, planned[0])
-    return work, learned, first, then
-
-
-def may_start_early(raw: bytes) -> bool:
-    """Whether a job file of these bytes may have enough jobs for an early worker
-    (:func:`start_early`), judged before it is parsed: LLD's job file names "outputs" once a
-    job. A served link of fewer tells its standby nothing, which then costs it nothing.
-
-    As ``raw.count`` would say, but only as far as the last occurrence needed: the link
-    tells its standby after this, and a 3,000-job file is ~4 MB (its count: ~1.8 ms)."""
-    at, name = -len(_OUTPUTS), _OUTPUTS
-    find = raw.find
-    for _ in range(2 * PARALLEL_MIN_JOBS_NATIVE):
-        at = find(name, at + len(name))  # after the last one, as count() goes on
-        if at < 0:
-            return False
-    return True
-
-
-_OUTPUTS = b'"outputs"'
-
-
-def standby_message(raw: bytes, path: str, parallel: int) -> object:
-    """What tells a standby of a link whose job file at ``path`` (from this process's working
-    directory) read ``raw`` (:func:`standby_plan`)."""
-    here = os.stat(".")
-    return (os.getcwd(), [here.st_dev, here.st_ino], path, xxhash.xxh3_128_hexdigest(raw),
-            parallel)  # fmt: skip
-
-
-def _named(jobs: Sequence[Job]) -> set[str]:
+def named_modules(jobs: Sequence[Job]) -> set[str]:
     """Every module the jobs name, once: each job names the modules it imports again."""
     named: set[str] = set()
     for job in jobs:  # set methods, not a tuple a job: ~0.1 ms less for 301 jobs
@@ -494,39 +291,15 @@ def _named(jobs: Sequence[Job]) -> set[str]:
     return named
 
 
-def _names_any(paths: set[str], job: Job) -> bool:
+def names_any(paths: set[str], job: Job) -> bool:
     """Whether the job's module or one of its imports is in ``paths`` (the module first:
     most jobs of a regular archive are one of its members)."""
     return job.module in paths or not paths.isdisjoint(job.imports)
 
 
-def _members(named: set[str]) -> set[str]:
+def per_link_members(named: set[str]) -> set[str]:
     """The per-link member names among these module paths."""
     return {p for p in named if per_link_member(p)}
-
-
-def _learned(sent: Any, digests: Digests) -> tuple[set[str], set[str]] | None:
-    """Takes into ``digests`` the module digests a worker sent with the identities of the
-    files it read (``(digests, identities)``): only those of files it read as the job-file
-    checks found them. Returns their paths and the paths of all files it read (None if
-    ``sent`` is not that)."""
-    try:
-        learned, identities = sent
-        read = {str(path): tuple(seen) for path, seen in identities}
-        same = {path for path, seen in read.items() if digests.examined_as(path, seen)}
-        _learner(digests)([(path, d) for path, d in learned if path in same])
-    except (ValueError, TypeError, IndexError):
-        return None
-    return same, set(read)
-
-
-def _learner(digests: Digests) -> Callable[[Any], None]:
-    """What takes in the module digests a worker sends back (:meth:`Digests.since`)."""
-    return lambda learned: digests.learn((str(p), str(d)) for p, d in learned)
-
-
-def _revive(value: Any) -> Decoded:
-    return None if value is None else (str(value[0]), bool(value[1]))
 
 
 def _worth_asking(todo: list[Task]) -> bool:
@@ -567,7 +340,7 @@ def _memo_key(data: bytes, job: Job, digests: Digests) -> str:
     return h.hexdigest()
 
 
-def _decode_task(task: Task, paths: ModulePaths) -> Decoded:
+def decode_task(task: Task, paths: ModulePaths) -> Decoded:
     """Reads (if not yet read) and decodes one shard; None if it or a module is unreadable."""
     _, _, data, job = task
     try:
@@ -577,19 +350,3 @@ def _decode_task(task: Task, paths: ModulePaths) -> Decoded:
     except OSError:
         return None
     return _decode(data, lookup, own, paths.digests.known if own is not None else None)
-
-
-def _decode_forked(todo: list[Task], paths: ModulePaths, workers: int) -> list[Decoded]:
-    """``todo`` over forked workers (:func:`store.forked.split`), each reading its shards and
-    the modules they name, and decoding; a worker sends back the module digests it worked
-    out too, which the key needs here."""
-    from store.forked import split
-
-    digests = paths.digests
-    mark = digests.mark()
-
-    def work(share: Sequence[int]) -> list[Decoded]:
-        return [_decode_task(todo[i], paths) for i in share]
-
-    return split(work, len(todo), workers, _revive, lambda: digests.since(mark),
-                 _learner(digests))  # fmt: skip

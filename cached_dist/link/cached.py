@@ -37,10 +37,10 @@ if TYPE_CHECKING:
     from store.placing import Helper
 
     from ..jobfile import Job, JobFile
-    from ..keys.shard_key import Early
     from ..log import Log
     from ..options import Options
     from ..runners import Result
+    from ..serve.early import Early
     from ..serve.handoff import Handoff
     from .checkouts import SourcePaths
     from .tiers import Tiers
@@ -64,7 +64,8 @@ def open_store(options: Options, log: Log) -> Store | None:
     try:
         store = Store(
             options.cache_dir, max_size=options.max_size, group_shared=options.group_shared,
-            hard_link=options.hard_link, warn=warn,
+            hard_link=options.hard_link, compression_level=options.local_compression_level,
+            warn=warn,
         )  # fmt: skip
     except Exception as e:  # the store promises not to raise; belt and braces
         warn(f"unusable ({e}); linking without the cache")
@@ -122,8 +123,8 @@ class CachedLink:
 
     def serve_all(self, keyed: list[Keyed]) -> list[Keyed]:
         """The link's first pass: every key looked up (most as they were computed, see
-        compute_keys' on_keyed), every hit placed (by forked workers too, when there are
-        many); returns the misses."""
+        compute_keys' on_keyed), every hit placed (half by a served link's early worker, when
+        there are many); returns the misses."""
         self.look_up([k for k in keyed if k.key is not None and k.key not in self.asked])
         found = self.found
         ready = [k for k in keyed if (m := found.get(k.key or "")) is not None
@@ -133,9 +134,7 @@ class CachedLink:
             # ShardKeys shares with it waits for the commit: see run_cached).
             self.handoff.commit(len(ready) == len(keyed) and self.options.verify_hits <= 0)
         placed = self.store.materialize_many(
-            [(found[k.key or ""], output_roles(k.job)) for k in ready],
-            self.options.jobs,
-            self.helper,
+            [(found[k.key or ""], output_roles(k.job)) for k in ready], helper=self.helper
         )
         served: set[int] = set()
         for k, took in zip(ready, placed, strict=True):
@@ -422,7 +421,7 @@ def run_cached(
         tiers = Tiers(options, log, store, writes.promote, job_file)
     helper = early.worker if early is not None else None
     link = CachedLink(job_file, options, log, store, writes, tiers, handoff, helper)
-    shard_keys = ShardKeys(writes, options.jobs, tiers, early, hold=handoff is not None)
+    shard_keys = ShardKeys(writes, tiers, early, hold=handoff is not None)
     keyed: list[Keyed] = []
     try:
         try:
@@ -457,6 +456,8 @@ def run_cached(
             except Exception:  # a remote never fails a link
                 pass
         remote = tiers.finish() if tiers is not None else {}
+        link.summary.remote = remote  # for the stats log
+        link.summary.remote_tier_hits = tiers.tier_hits if tiers is not None else []
         link.count_sources()
         if options.remote_executor and "cached_dist.runners.reapi" in sys.modules:
             from ..runners.reapi import COUNTERS
@@ -480,9 +481,5 @@ def run_cached(
             if link.pack is not None:
                 store.keep_pack(link.pack, link.placed)
             writes.flush()
-            if handoff is not None:  # for the server's next spares (serve/server.py)
-                if link.pack is not None:
-                    handoff.pack = (store.root, link.pack)
-                handoff.pack_read_ahead = store.packs_read_ahead > 0
     link.summary.bytes_served = link.bytes_served
     return link.summary

@@ -13,9 +13,9 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from ..jobfile import JobFile
-    from ..keys.shard_key import Early
     from ..log import Log
     from ..options import Options
+    from ..serve.early import Early
     from ..serve.handoff import Handoff
 
 
@@ -31,7 +31,7 @@ def run(job_file: JobFile, options: Options, log: Log, handoff: Handoff | None =
         # the collector's work after such an early fork copy pages it shares (~2 ms more).
         from store.placing import place_order
 
-        from ..keys.shard_key import start_early
+        from ..serve.early import start_early
 
         # The worker then places half of the outputs, once the link is committed. It is the
         # standby the spare forked, if early_reader told it of this job file.
@@ -72,15 +72,28 @@ def run(job_file: JobFile, options: Options, log: Log, handoff: Handoff | None =
         from .stats_log import append
 
         append(options, job_file, summary, elapsed, log)
+    if handoff is None and os.environ.get("CACHED_DIST_AUTOSTART") == "1":
+        _start_server(options)
     return 0
+
+
+def _start_server(options: Options) -> None:
+    """The client found no warm server for this link: start one, now that the link is over
+    (serve/autostart.py), unless told not to or the server could serve nothing of it."""
+    if options.no_server or options.disable or os.environ.get("CACHED_DIST_SERVER") == "0":
+        return
+    from ..serve import socket_path
+    from ..serve.autostart import start
+
+    start(socket_path(os.environ), options.server_idle_exit, os.environ)
 
 
 def early_reader(
     options: Options, handoff: Handoff | None, path: str
 ) -> Callable[[bytes], None] | None:
-    """For a served link whose spare forked a standby early worker (store.forked.standby):
+    """For a served link whose spare forked a standby early worker (procs.forked.standby):
     what tells it which job file to work on as soon as its bytes are read, so it reads and
-    parses that file while this process does (keys/shard_key.py ``standby_plan``). None
+    parses that file while this process does (serve/early.py ``standby_plan``). None
     when :func:`run` would start no early worker. A standby that is not the link's worker is
     ended by the server's child once the link and its linker are over (serve/server.py)."""
     standby = handoff.standby if handoff is not None else None
@@ -88,7 +101,7 @@ def early_reader(
         return None
 
     def tell(raw: bytes) -> None:
-        from ..keys.shard_key import may_start_early, standby_message
+        from ..serve.early import may_start_early, standby_message
 
         if not may_start_early(raw):
             return

@@ -24,6 +24,7 @@ def record(
 ) -> dict[str, object]:
     """What the line says of one link."""
     runner = "inner" if options.inner else "dask" if options.dask_scheduler else "local"
+    remote = summary.remote
     return {
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "cwd": os.getcwd(),
@@ -40,17 +41,28 @@ def record(
         "verified": summary.verified,
         "mismatches": summary.mismatches,
         "bytes_served": summary.bytes_served,
+        "remote_tier_hits": summary.remote_tier_hits,
+        "remote_misses": remote.get("remote_misses", 0),
+        "remote_errors": remote.get("remote_errors", 0),
+        "remote_rejected": remote.get("remote_rejected", 0),
+        "bytes_downloaded": remote.get("remote_bytes_downloaded", 0),
+        "bytes_uploaded": remote.get("remote_bytes_uploaded", 0),
         "seconds": round(elapsed, 4),
     }
 
 
 def line(fields: dict[str, object]) -> str:
-    """One JSON object on one line (values: str, int or float)."""
+    """One JSON object on one line (values: str, int, float or a list of ints)."""
     from _json import encode_basestring_ascii as quote
 
     parts = []
     for name, value in fields.items():
-        text = quote(value) if isinstance(value, str) else repr(value)
+        if isinstance(value, str):
+            text = quote(value)
+        elif isinstance(value, list):
+            text = "[" + ",".join(str(int(v)) for v in value) + "]"
+        else:
+            text = repr(value)
         parts.append(f"{quote(name)}:{text}")
     return "{" + ",".join(parts) + "}\n"
 

@@ -22,7 +22,8 @@ class Summary:
     """Counts by kind of work; ``line`` names only the kinds that happened."""
 
     __slots__ = ("bytes_served", "compiled", "compiled_remotely", "fallback", "hits", "jobs",
-                 "mismatches", "remote_hits", "verified", "wait_seconds", "waited")  # fmt: skip
+                 "mismatches", "remote", "remote_hits", "remote_tier_hits", "verified",
+                 "wait_seconds", "waited")  # fmt: skip
 
     def __init__(self, jobs: int, hits: int = 0, compiled: int = 0, fallback: int = 0) -> None:
         self.jobs = jobs
@@ -36,6 +37,9 @@ class Summary:
         self.verified = 0  # hits recompiled by --verify-hits
         self.mismatches = 0
         self.bytes_served = 0  # the hits' objects, in bytes
+        #: What the remote tiers did (link/tiers.py's counters), and the hits of each tier.
+        self.remote: dict[str, int] = {}
+        self.remote_tier_hits: list[int] = []
 
     def line(self, elapsed: float) -> str:
         how = []

@@ -16,7 +16,13 @@ another machine makes the key "theirs" (polled like a key another local link com
 claims are renewed by a small thread and released with the upload of their value.
 
 A remote never fails a link: its first error or timeout marks it failed for the rest of the
-link, with one warning, counted as ``remote_errors``.
+link, with one warning, counted as ``remote_errors`` (a server of a sharded tier alone: its
+share of the keys are misses, store/remote/shards.py).
+
+Uploads are compressed at ``--compression-level`` and, with ``--remote-signing-key``, signed
+(store/entry.py); a link with a key uses only values whose MAC verifies and counts the rest
+as ``remote_rejected``, with one warning per link. The shared memo's values are signed too:
+a forged memo could make a job's key another job's, whose signed value would then be used.
 
 A REAPI remote (grpc://, grpcs://, unix:; store/remote/reapi.py) stores each key as an Action
 describing the job's compile: before a batch, it is told what each key stands for
@@ -61,6 +67,7 @@ REAPI_COUNTERS = ("reapi_hits", "reapi_misses", "reapi_uploads", "reapi_bytes_do
 
 
 _MEMO = b"CDM1"  # a remote memo value: this, then the remembered text (a shard digest)
+_MEMO_SIGNED = b"CDM2"  # the same, then an HMAC-SHA256 tag (32 bytes) of its key and text
 _MEMO_TEXT = re.compile(r"(canon|raw):[0-9a-f]{32}")
 
 
@@ -68,21 +75,54 @@ def _memo_key(namespace: str, key: str) -> str:
     return f"memo-{KEY_FORMAT}-{namespace}-{key}"
 
 
-def _memo_text(value: bytes | None) -> str | None:
-    """The remembered text if ``value`` is a well-formed memo value, else None (a miss)."""
-    if value is None or not value.startswith(_MEMO):
-        return None
-    text = value[len(_MEMO) :].decode("ascii", "replace")
-    return text if _MEMO_TEXT.fullmatch(text) else None
+def _memo_tag(signing_key: bytes, memo_key: str, text: bytes) -> bytes:
+    import hashlib
+    import hmac
+
+    return hmac.new(signing_key, b"cached-dist memo\0" + memo_key.encode() + b"\0" + text,
+                    hashlib.sha256).digest()  # fmt: skip
+
+
+def _memo_value(memo_key: str, text: str, signing_key: bytes | None) -> bytes:
+    if signing_key is None:
+        return _MEMO + text.encode()
+    return _MEMO_SIGNED + text.encode() + _memo_tag(signing_key, memo_key, text.encode())
+
+
+def _memo_text(value: bytes | None, memo_key: str, signing_key: bytes | None) -> str | bool:
+    """The remembered text if ``value`` is a well-formed memo value (signed with
+    ``signing_key``, when given), else False (a miss) or True (rejected: not so signed)."""
+    if value is None:
+        return False
+    raw = b""
+    if value.startswith(_MEMO_SIGNED) and len(value) > len(_MEMO_SIGNED) + 32:
+        raw, tag = value[len(_MEMO_SIGNED) : -32], value[-32:]
+        if signing_key is not None:
+            import hmac
+
+            if not hmac.compare_digest(_memo_tag(signing_key, memo_key, raw), tag):
+                return True
+    elif value.startswith(_MEMO):
+        if signing_key is not None:
+            return True
+        raw = value[len(_MEMO) :]
+    text = raw.decode("ascii", "replace")
+    return text if _MEMO_TEXT.fullmatch(text) else False
+
+
+def read_signing_key(path: str) -> bytes:
+    """The key in ``path`` (checked by the option's parser), without a trailing newline."""
+    with open(path, "rb") as f:
+        return f.read().rstrip(b"\r\n")
 
 
 def _describe(error: Exception, remote: Remote) -> str:
     """A RemoteError's own (redacted) message; anything else, by type, password removed."""
-    from store.remote import RemoteError
+    from store.remote import RemoteError, plain
 
     if isinstance(error, RemoteError):
         return str(error)
-    return remote.hide(f"{type(error).__name__}: {error}")
+    return remote.hide(plain(error))
 
 
 def output_roles(k: Keyed) -> dict[str, str]:
@@ -100,8 +140,9 @@ class Remote:
         self.url = redact(url)
         self.backend: Tier | None = None
         self.failed = False
-        self._secret = _password(url)
         self.reapi = scheme(url) in REAPI_SCHEMES
+        # REAPI URLs carry no password (their keys are headers): no urllib.parse for them
+        self._secret = "" if self.reapi else _password(url)
         self._headers = [value for _, value in headers if value] if self.reapi else []
 
     def hide(self, text: str) -> str:
@@ -147,6 +188,12 @@ class Tiers:
         self.read_only = options.remote_read_only
         self.connect_timeout = options.remote_connect_timeout
         self.timeout = options.remote_timeout
+        self.expiry = options.remote_expiry
+        self.level = options.compression_level
+        self.signing_key: bytes | None = None
+        if options.remote_signing_key:
+            self.signing_key = read_signing_key(options.remote_signing_key)
+        self._warned_rejected = False
         self.log = log
         self.store = store
         self.token = f"{os.uname().nodename}:{os.getpid()}:{os.urandom(8).hex()}"
@@ -154,8 +201,10 @@ class Tiers:
             ("remote_hits", "remote_misses", "remote_errors", "remote_corrupt",
              "remote_wrong_key", "remote_uploads", "remote_bytes_downloaded",
              "remote_bytes_uploaded", "remote_round_trips", "remote_memo_hits",
-             "remote_memo_uploads"), 0,
+             "remote_memo_uploads", "remote_rejected"), 0,
         )  # fmt: skip
+        #: Hits of each remote, in --remote-storage order (the stats log's remote_tier_hits).
+        self.tier_hits = [0] * len(self.remotes)
         if any(remote.reapi for remote in self.remotes):
             self.counters.update(dict.fromkeys(REAPI_COUNTERS, 0))
         self._held: dict[str, int] = {}  # key -> index of the remote holding our claim on it
@@ -184,11 +233,13 @@ class Tiers:
                 try:
                     remote.backend = open_remote(
                         self._urls[i], connect_timeout=self.connect_timeout, timeout=self.timeout,
-                        **(self._reapi if remote.reapi else {}),
+                        **(self._reapi if remote.reapi else {"expiry": self.expiry}),
                     )  # fmt: skip
                 except Exception as e:  # a remote problem never fails the link
                     self._fail(remote, _describe(e, remote))
                     return None
+                if hasattr(remote.backend, "on_error"):  # a sharded tier: its servers apart
+                    remote.backend.on_error = self._shard_failed
             return remote.backend
 
     def _fail(self, remote: Remote, message: str) -> None:
@@ -198,6 +249,11 @@ class Tiers:
             remote.failed = True
             self.counters["remote_errors"] += 1
         self.log.warn(f"remote {remote.url}: {message}; continuing without it")
+
+    def _shard_failed(self, url: str, message: str) -> None:
+        with self._lock:
+            self.counters["remote_errors"] += 1
+        self.log.warn(f"remote {url}: {message}; continuing without it (its keys are misses)")
 
     def _claims_remote(self) -> int | None:
         """Index of the remote that carries claims (the first that can), or None."""
@@ -249,7 +305,7 @@ class Tiers:
                 self.counters["remote_bytes_downloaded"] += len(value)
                 roles = output_roles(k)
                 try:
-                    outputs, meta = entry.decode(value, key)
+                    outputs, meta = entry.decode(value, key, self.signing_key)
                     if set(outputs) != set(roles):
                         raise entry.Refused("damaged")
                 except entry.Refused as refused:
@@ -261,6 +317,7 @@ class Tiers:
                 promote.append((key, value))
                 served.add(k.job.index)
                 self.counters["remote_hits"] += 1
+                self.tier_hits[i] += 1
                 if remote.reapi:
                     self.counters["reapi_hits"] += 1
                     self.counters["reapi_bytes_downloaded"] += len(value)
@@ -280,7 +337,10 @@ class Tiers:
         """Accounts a value the link cannot use (a miss): counted by why, and its key
         claimed regardless of it (the value is replaced once this link uploads its own)."""
         self.contested.add(key)
-        if reason == "key":
+        if reason == "rejected":
+            self._rejected(remote)
+            what = "a value not signed with --remote-signing-key"
+        elif reason == "key":
             self.counters["remote_wrong_key"] += 1
             what = "the value of another key"
         elif reason == "format":
@@ -312,6 +372,14 @@ class Tiers:
                 else:
                     arguments.append(arg)
             reapi.describe(k.key, arguments, len(k.job.outputs), k.toolchain)
+
+    def _rejected(self, remote: Remote) -> None:
+        """Counts a value the signing key does not verify; warns once a link."""
+        self.counters["remote_rejected"] += 1
+        if not self._warned_rejected:
+            self._warned_rejected = True
+            self.log.warn(f"remote {remote.url}: values not signed with --remote-signing-key; "
+                          "not used (counted as remote_rejected)")  # fmt: skip
 
     @staticmethod
     def _write_outputs(roles: dict[str, str], outputs: dict[str, tuple[str, bytes]]) -> bool:
@@ -346,9 +414,11 @@ class Tiers:
                 self._fail(remote, _describe(e, remote))
                 continue
             for key, value in zip(todo, values, strict=True):
-                text = _memo_text(value)
-                if text is not None:
-                    found[key] = text
+                text = _memo_text(value, _memo_key(namespace, key), self.signing_key)
+                if text is True:
+                    self._rejected(remote)
+                elif text:
+                    found[key] = str(text)
         self.counters["remote_memo_hits"] += len(found)
         return found
 
@@ -356,7 +426,8 @@ class Tiers:
         """Uploads memo entries learned here (in the background, like results)."""
         if not self.read_only:
             for key, text in items:
-                self._enqueue(_memo_key(namespace, key), upload=_MEMO + text.encode())
+                memo_key = _memo_key(namespace, key)
+                self._enqueue(memo_key, upload=_memo_value(memo_key, text, self.signing_key))
 
     # -- claims ---------------------------------------------------------------------------
 
@@ -450,7 +521,8 @@ class Tiers:
         """Exports the entries from the local store (re-hashed) and puts them on every remote
         that may be written, releasing our claims on the way; then the claims left over."""
         wanted = [key for key, upload in items if upload is True]
-        values = dict(zip(wanted, self.store.get_many(wanted), strict=True)) if wanted else {}
+        exported = self.store.get_many(wanted, level=self.level, signing_key=self.signing_key)
+        values = dict(zip(wanted, exported, strict=True)) if wanted else {}
         values.update((key, what) for key, what in items if isinstance(what, bytes))
         with self._lock:
             held = {key: self._held.pop(key) for key, _ in items if key in self._held}

@@ -348,4 +348,7 @@ def _reason(error: BaseException | None) -> str:
     if error is None:
         return "unknown error"
     text = str(error).strip().splitlines()
+    if text and isinstance(error, OSError):  # the system's or Dask's words: 'Timed out ...'
+        return error.strerror or text[0]
+    # Dask's own errors (KilledWorker, CommClosedError) are named by their class.
     return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__

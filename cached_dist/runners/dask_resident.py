@@ -162,7 +162,7 @@ def start(address: str, idle: float) -> None:
     path = socket_path(address)
     if path is None:
         return
-    from store.detached import spawn
+    from procs.detached import spawn
 
     with contextlib.suppress(OSError):
         spawn("cached_dist.runners.dask_service", [address, path, repr(idle)])

@@ -22,7 +22,10 @@
  *
  * Anything else (no server, a server of another user, a timeout, a child that dies before
  * 'S') runs CACHED_DIST [ARGS...] JOBFILE in this process (exec), which does the whole link as
- * if no server existed. Because a child writes nothing before the client's 'G', and a client
+ * if no server existed. When no server listens at the socket at all (nothing there, or a
+ * socket a server left), it runs with CACHED_DIST_AUTOSTART=1, and cached-dist starts one
+ * once the link is done (cached_dist/serve/autostart.py): the next link is served. Not when
+ * a server answered (it hands back what it cannot serve), nor for one of another user. Because a child writes nothing before the client's 'G', and a client
  * that gave up never sends it, the two never both write a link's outputs. The descriptors
  * go only to a child that answered: in a stuck server's queue they would keep the link's
  * output pipes open (a build tool waits for their end) long after the link is over.
@@ -48,6 +51,8 @@ extern char **environ;
 #define MAX_PAYLOAD (8u << 20)     /* arguments and environment; more: run it here */
 
 static volatile pid_t child_pid; /* the server's child serving this link, once known */
+static int no_server;            /* connect found no server listening: start one (above) */
+#define AUTOSTART "CACHED_DIST_AUTOSTART"
 
 /* The signals a child is sent when this process gets them, unless this process ignores them
  * (as under nohup): then it ignores them as cached-dist would have, and so does the child. */
@@ -244,8 +249,13 @@ static int through_server(int argc, char **argv) {
     memcpy(addr.sun_path, path, strlen(path) + 1);
     struct ucred peer;
     socklen_t peer_len = sizeof peer;
-    if (connect(s, (struct sockaddr *)&addr, sizeof addr) < 0 ||
-        getsockopt(s, SOL_SOCKET, SO_PEERCRED, &peer, &peer_len) < 0) {
+    if (connect(s, (struct sockaddr *)&addr, sizeof addr) < 0) {
+        /* EAGAIN is a full queue (a server, stuck); EACCES and others, no place of ours */
+        no_server = errno == ENOENT || errno == ECONNREFUSED;
+        close(s);
+        return -1;
+    }
+    if (getsockopt(s, SOL_SOCKET, SO_PEERCRED, &peer, &peer_len) < 0) {
         close(s);
         return -1;
     }
@@ -281,13 +291,16 @@ static int through_server(int argc, char **argv) {
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "cached-dist: error: usage: cached-dist-client CACHED_DIST [ARGS...] "
-                        "JOBFILE (see `cached-dist flags --server`)\n");
+                        "JOBFILE (see `cached-dist flags`)\n");
         return 2;
     }
     read_dispositions();
+    unsetenv(AUTOSTART); /* only this client says it, and never to a server's child */
     int status = through_server(argc, argv);
     if (status >= 0)
         return status;
+    if (no_server)
+        setenv(AUTOSTART, "1", 1);
     for (size_t i = 0; i < N_FORWARDED; i++) /* as they were: ignored ones stay ignored */
         if (original[i].sa_handler != SIG_IGN)
             sigaction(FORWARDED[i], &original[i], NULL);

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     import socket
     from typing import TextIO
 
-    from store.forked import Standby
+    from procs.forked import Standby
 
 
 class FallBack(BaseException):
@@ -37,10 +37,6 @@ class Handoff:
         # Set by the link: whether it had an early worker (the server's next spares then
         # fork one ahead: cached_dist/serve/server.py _standby).
         self.early_started = False
-        # Set by the link: its target's pack (store root, name), which the server's next
-        # spare reads ahead (store/pack.py), and whether this link's pack was read so.
-        self.pack: tuple[str, str] | None = None
-        self.pack_read_ahead = False
         self.committed = False
         self._streams: tuple[TextIO, TextIO] = (sys.stdout, sys.stderr)
         self._held = (_Held(sys.stdout), _Held(sys.stderr))

@@ -89,16 +89,13 @@ def prefault(waiting: Callable[[], bool]) -> int:
     return done
 
 
-def in_background(
-    waiting: Callable[[], bool], first: Callable[[Callable[[], bool]], object] | None = None
-) -> Callable[[], None]:
+def in_background(waiting: Callable[[], bool]) -> Callable[[], None]:
     """:func:`prefault` in a thread of the idle scheduling class, which runs only on a
     processor nothing else wants: the pages are copied just after a link, while LLD still
     writes its output, and a copy at the normal class took about as much time from LLD as
-    it saved the next link (docs/design.md). ``first(stop)``, if given, runs there before,
-    told when to give up as prefault is (a warm server's spare reads its link's pack ahead).
-    Returns what stops it (also stopped by ``waiting()``); nothing is done where the thread
-    cannot be put in the idle class."""
+    it saved the next link (docs/design.md). Returns what
+    stops it (also stopped by ``waiting()``); nothing is copied where the thread cannot be
+    put in the idle class."""
     import contextlib
     import threading
 
@@ -109,14 +106,7 @@ def in_background(
             os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))  # this thread only
         except (OSError, AttributeError):
             return
-
-        def stop() -> bool:
-            return stopped.is_set() or waiting()
-
-        if first is not None:
-            with contextlib.suppress(Exception):  # best effort: the link reads it itself
-                first(stop)
-        prefault(stop)
+        prefault(lambda: stopped.is_set() or waiting())
 
     with contextlib.suppress(RuntimeError):  # no thread can be started now: nothing copied
         threading.Thread(target=run, name="prefault", daemon=True).start()

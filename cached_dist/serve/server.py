@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import functools
 import gc
 import os
 import select
@@ -26,8 +25,6 @@ import signal
 import socket
 import struct
 import sys
-
-from store.pack import read_ahead
 
 from ..errors import UsageError
 from . import default_socket
@@ -38,7 +35,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, NoReturn
 
-    from store.forked import Standby
+    from procs.forked import Standby
 
     from ..log import Log
 
@@ -52,8 +49,8 @@ PRELOAD = (
     "cached_dist.keys.shard_key", "cached_dist.keys.digests", "cached_dist.keys.toolchain",
     "cached_dist.keys.side_outputs", "cached_dist.bitcode.native", "store", "store.store",
     "store.blobs", "store.rows", "store.tally", "store.manifest", "store.fsutil",
-    "store.index", "store.jsonload", "store.problems", "store.forked", "store.placing",
-    "store.pack",
+    "store.index", "store.jsonload", "store.problems", "procs.forked", "store.placing",
+    "store.pack", "store.zstd", "cached_dist.jobfile.writes", "cached_dist.serve.early",
     # A link with --remote-storage: threading and re, then the URLs' parsing (~4.5 ms).
     "cached_dist.link.tiers", "store.remote", "urllib.parse",
 )  # fmt: skip
@@ -65,10 +62,8 @@ _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, sign
               signal.SIGPIPE)  # fmt: skip
 # What a spare tells the server, one byte: it took a connection (fork the next spare), or
 # it found the server's code changed on disk (exit). After a link it took, one more: whether
-# that link had an early worker, which the next spare then forks ahead (see _standby),
-# followed by the link's pack, which the next spares read ahead (_pack_word).
+# that link had an early worker, which the next spare then forks ahead (see _standby).
 _TOOK, _CHANGED, _WANTED, _UNWANTED = b"t", b"c", b"w", b"u"
-_SAID_MAX = 4096  # the second word and the pack's name: one write to a pipe, whole (PIPE_BUF)
 ORPHAN_CHECK = 1.0  # seconds between a waiting spare's checks that the server still runs
 #: Longest a child that served a link waits for the linker to exit (see _linger): past it,
 #: the server forks the next spare even if the linker is still at work.
@@ -101,7 +96,6 @@ class Server:
         self.spare = -1  # the waiting child's pid
         self.report = -1  # the pipe it reports on
         self.taken = -1  # that of the spare that took the last link, for its second word
-        self.pack: tuple[str, str] | None = None  # the last link's pack, for spares to read
         self.standby_wanted = False  # the last link had an early worker: fork it ahead
         self.cannot_fork = False  # the last attempt failed (and said so)
 
@@ -110,12 +104,16 @@ class Server:
 
         for name in PRELOAD:
             importlib.import_module(name)
+        from store import zstd
+
+        zstd.preload()  # the C backend a hit on a compressed blob needs (~1 ms): once, here
         self.stamps = _stamps()
         _own_environment()
         # What is loaded now stays as it is: out of the collector's sight, a child's
         # collections do not write to (and so copy) every page of it (~1.5 ms of a link).
         gc.freeze()
         self.listener = self._listen()
+        _say_pid(self.lock_fd)
         self.log_fd = os.dup(2)
         signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children reap themselves
         signal.signal(signal.SIGTERM, _stop)
@@ -191,22 +189,19 @@ class Server:
 
     def _learn(self) -> None:
         """Takes, without waiting, the second word of the spare that took the last link:
-        whether that link had an early worker (the next spares fork one ahead if so), then
-        the target's pack it served from, if any (the next spares read it ahead: _spare).
-        Not said yet (another link came meanwhile), it is read after the next one, or never."""
+        whether that link had an early worker (the next spares fork one ahead if so). Not
+        said yet (another link came meanwhile), it is read after the next one, or never."""
         if self.taken < 0:
             return
         try:
             os.set_blocking(self.taken, False)
-            said = os.read(self.taken, _SAID_MAX)
+            word = os.read(self.taken, 1)
         except BlockingIOError:
             return
         except OSError:
-            said = b""
-        word, pack = said[:1], _pack_said(said[1:])
+            word = b""
         if word in (_WANTED, _UNWANTED):
             self.standby_wanted = word == _WANTED
-            self.pack = pack
         self._forget_taken()
 
     def _forget_taken(self) -> None:
@@ -271,10 +266,7 @@ class Server:
             # First: then each process copies its own pages. Only after a link that had an
             # early worker: a smaller one would pay for it (~0.7 ms of a lua link).
             standby = _standby() if self.standby_wanted else None
-            pack = self.pack
-            first = None if pack is None else functools.partial(read_ahead, *pack)
-            # The pack its link will likely read, then the pages it would copy.
-            stop = in_background(lambda: _readable(listener), first)
+            stop = in_background(lambda: _readable(listener))  # the pages its link would copy
             conn = self._accept(listener)
             stop()
             if conn is None:
@@ -325,11 +317,8 @@ class Server:
             os.setpgid(0, 0)  # not the server's: Ctrl-C on its terminal stops no link
             outcome, linker, handoff = _serve_link(conn, peer_pid, self.identity, standby)
             wanted = handoff is not None and handoff.early_started
-            word = _WANTED if wanted else _UNWANTED
-            if outcome and handoff is not None and handoff.pack_read_ahead:
-                outcome += " (its target's pack read ahead)"
             with contextlib.suppress(OSError):  # the server's second word from this spare
-                os.write(tell, word + _pack_word(handoff.pack if handoff is not None else None))
+                os.write(tell, _WANTED if wanted else _UNWANTED)
             os.close(tell)
             if outcome and self.log.verbose:
                 os.write(self.log_fd, f"cached-dist: {outcome}\n".encode(errors="replace"))
@@ -354,10 +343,9 @@ class Server:
         except OSError:
             os.close(self.lock_fd)
             raise UsageError(f"a server already listens on {self.path}") from None
+        _clear_stale_socket(self.path)
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            if os.path.lexists(self.path):
-                os.unlink(self.path)  # a server that died left it: the lock is ours
             old = os.umask(0o177)
             try:
                 listener.bind(self.path)
@@ -380,8 +368,46 @@ class Server:
             os.close(self.lock_fd)
 
 
+#: What lies at a socket path instead of a socket, in words.
+_NOT_SOCKETS = (("S_ISREG", "a regular file"), ("S_ISDIR", "a directory"),
+                ("S_ISLNK", "a symbolic link"), ("S_ISFIFO", "a FIFO"),
+                ("S_ISCHR", "a character device"), ("S_ISBLK", "a block device"))  # fmt: skip
+
+
+def _clear_stale_socket(path: str) -> None:
+    """Removes the socket a server that died left at ``path`` (the lock is ours: no server
+    listens there); anything else there is someone's file, refused and left as it is."""
+    import stat
+
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise UsageError(f"cannot listen on {path}: {e.strerror}") from None
+    if not stat.S_ISSOCK(mode):
+        what = next((name for test, name in _NOT_SOCKETS if getattr(stat, test)(mode)),
+                    "something else")  # fmt: skip
+        raise UsageError(f"cannot listen on {path}: it is {what}, not a socket; not replacing "
+                         "it")  # fmt: skip
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        raise UsageError(f"cannot listen on {path}: {e.strerror}") from None
+
+
 def _stop(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
+
+
+def _say_pid(lock_fd: int) -> None:
+    """Writes this server's pid into its lock file, once it listens: what ``cached-dist
+    serve --status`` and ``--stop`` read (control.py)."""
+    with contextlib.suppress(OSError):  # a full disk: it serves all the same, unnamed
+        os.ftruncate(lock_fd, 0)
+        os.pwrite(lock_fd, f"{os.getpid()}\n".encode(), 0)
 
 
 def _private_directory(directory: str) -> None:
@@ -406,32 +432,6 @@ def _readable(sock: socket.socket) -> bool:
         return bool(select.select([sock], [], [], 0)[0])
     except (OSError, ValueError):
         return True  # look no further: accept() will say what is wrong
-
-
-def _pack_word(pack: tuple[str, str] | None) -> bytes:
-    """How the child names its link's pack after its second word (b"" for none, or when
-    that would not fit one write)."""
-    if pack is None:
-        return b""
-    import marshal
-
-    said = marshal.dumps(pack)
-    return said if len(said) < _SAID_MAX else b""
-
-
-def _pack_said(said: bytes) -> tuple[str, str] | None:
-    """The pack :func:`_pack_word` named (None for nothing, or anything else)."""
-    if not said:
-        return None
-    import marshal
-
-    try:
-        pack = marshal.loads(said)
-    except (EOFError, ValueError, TypeError):
-        return None
-    if type(pack) is tuple and len(pack) == 2 and all(type(p) is str for p in pack):
-        return pack
-    return None
 
 
 def _peer(conn: socket.socket) -> tuple[int, int]:
@@ -491,16 +491,16 @@ def _python_settings(env: dict[str, str] | os._Environ[str]) -> dict[str, str]:
 
 
 def _standby() -> Standby | None:
-    """The spare's link's early worker, forked before the link comes (store.forked.standby):
+    """The spare's link's early worker, forked before the link comes (procs.forked.standby):
     it copies its own pages meanwhile, and the link forks no worker then (the fork, and the
     pages both processes would copy after it, cost ~2 ms of a 301-job link). Told of the
-    link's job file, it does what keys/shard_key.py ``standby_plan`` says; a link without an
+    link's job file, it does what serve/early.py ``standby_plan`` says; a link without an
     early worker ends it. Forked only after a link that had an early worker (the child that
     served it says so, Server._learn): links that need none would pay for it."""
-    from store.forked import standby
+    from procs.forked import standby
     from store.placing import place_order
 
-    from ..keys.shard_key import standby_plan
+    from .early import standby_plan
 
     return standby(lambda message: standby_plan(message, place_order), in_background,
                    first=True, then=True)  # fmt: skip
@@ -698,7 +698,7 @@ def _linker(job_file: str, client: int) -> int:
 
 def _parent(pid: int) -> int:
     """The parent of process ``pid``; OSError if it cannot be read."""
-    from store.fsutil import proc_stat
+    from procs import proc_stat
 
     return int(proc_stat(pid)[1])
 

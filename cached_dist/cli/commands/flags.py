@@ -1,20 +1,24 @@
-"""usage: cached-dist flags [--server] [--libtool | --lld-link] [--cc COMPILER]... [OPTIONS]
+"""usage: cached-dist flags [--no-server] [--libtool | --lld-link] [--cc COMPILER]... [OPTIONS]
                          [-- INNER [ARGS...]]
        cached-dist flags --launcher[=cmake] [--base-dir DIR] [--prefix-map[=NAME]]
 
 Prints, as one line of shell words, the compiler-driver flags that link through cached-dist:
 
-  -fuse-ld=lld -flto=thin -fthinlto-distributor=/abs/path/cached-dist [-Xthinlto-distributor=...]
+  -fuse-ld=lld -flto=thin -fthinlto-distributor=/abs/path/cached_dist/serve/cached-dist-client
+  -Xthinlto-distributor=/abs/path/cached-dist [-Xthinlto-distributor=...]
 
 so that LDFLAGS="$(cached-dist flags)" works (and CMAKE_EXE_LINKER_FLAGS, c_link_args).
-With --libtool, the same as linker flags (-Wl,--thinlto-distributor=... and the jobs'
-compiler), which libtool passes to every link, shared libraries' included (autotools).
+The distributor is the warm server's client: it hands each link to `cached-dist serve`,
+which serves full hits without starting Python, and runs cached-dist itself for any other
+link (the first link with no server running starts one: see `cached-dist serve --help`).
+With --no-server (or where the client was not built), cached-dist itself is the distributor.
+--server, the client form, is accepted too. With --libtool, the same as linker flags
+(-Wl,--thinlto-distributor=... and the jobs' compiler), which libtool passes to every link,
+shared libraries' included (autotools).
 With --lld-link, lld-link's own flags for a Windows-style build (clang-cl or clang with
 lld-link, which clang's driver does not pass a distributor to): /thinlto-distributor:...,
 /thinlto-remote-compiler: naming the clang beside the compiler, /thinlto-distributor-arg:...
 for each option word (CMAKE_EXE_LINKER_FLAGS with CMAKE_LINKER=lld-link; clang-cl's /link).
-With --server, the distributor is the warm server's client, which runs cached-dist itself
-whenever `cached-dist serve` cannot serve a link (see `cached-dist serve --help`).
 OPTIONS are cached-dist options, checked now and passed to every link (relative paths made
 absolute); the environment and config file are read at link time instead.
 
@@ -51,7 +55,7 @@ def main(args: list[str]) -> int:
         rest.remove(form)
         print(command_line(rest, form.partition("=")[2], os.environ))
         return 0
-    server, libtool, lld_link = "--server" in own, "--libtool" in own, "--lld-link" in own
+    server, libtool, lld_link = _through_server(own), "--libtool" in own, "--lld-link" in own
     if libtool and lld_link:
         raise UsageError("--libtool and --lld-link cannot be combined (libtool drives "
                          "clang's driver, not lld-link)")  # fmt: skip
@@ -79,7 +83,7 @@ def main(args: list[str]) -> int:
     return 0
 
 
-MODES = ("--server", "--libtool", "--lld-link")
+MODES = ("--server", "--no-server", "--libtool", "--lld-link")
 
 
 def lld_link_flags(
@@ -98,11 +102,25 @@ def lld_link_flags(
             *(f"/thinlto-distributor-arg:{word}" for word in words)]  # fmt: skip
 
 
+def _through_server(own: list[str]) -> bool:
+    """Whether the client is the distributor: by default where it was built (the warm path
+    is an optimisation: without it, nothing is said), always with --server (an error
+    without it), never with --no-server."""
+    if "--server" in own and "--no-server" in own:
+        raise UsageError("--server and --no-server cannot be combined")
+    if "--no-server" in own:
+        return False
+    from ...serve import CLIENT
+
+    return "--server" in own or os.access(CLIENT, os.X_OK)
+
+
 def through_linker(flags: list[str], compiler: str) -> list[str]:
     """The same flags given to lld itself with ``-Wl,``, which libtool passes on: it drops
-    ``-fthinlto-distributor=`` from a shared library's link and empties it in a program's,
-    so those links would not reach cached-dist, silently. The driver names itself as the
-    jobs' compiler; here ``compiler``, the one the check found, is named instead."""
+    ``-fthinlto-distributor=`` from a shared library's link (which then does its ThinLTO in
+    process, silently; a program's link keeps it, with libtool 2.4.7). The driver names
+    itself as the jobs' compiler; here ``compiler``, the one the check found, is named
+    instead."""
     if "," in compiler:
         raise UsageError(f"the compiler path {compiler!r} contains a comma, which clang would "
                          "split")  # fmt: skip
