@@ -2,14 +2,16 @@
 
     python -m benchmarks run [--quick] [--only NAME] [--rounds N]
     python -m benchmarks report
+    python -m benchmarks history [--repo PATH] [--range REVS | --last N] [--quick]
 
 `run` fetches each code base's Debian source package, builds it with its own build system
 with ThinLTO and DTLTO flags injected, then links it under every scenario with each
 configuration: (a) in-process ThinLTO, (b) DTLTO with a bare distributor, (c) DTLTO with
 LLD's --thinlto-cache-dir, (d) cached-dist wrapping (b)'s distributor, (e) cached-dist's
 own runner. Raw results go to benchmarks/results/real-NAME.json; a full run (not --quick)
-also rewrites the generated part of the "Real code bases" section of docs/benchmarks.md and
-the chart docs/benchmark-chart.png. `report` does only that last step, from saved results.
+also rewrites the generated part of docs/benchmarks/real-code-bases.md and the chart
+docs/benchmark-chart.png. `report` does only that last step, from saved results.
+`history` replays a real project's commits with persistent caches (benchmarks/history.py).
 """
 
 import argparse
@@ -19,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from . import history
 from .cache_link import byte_compile
 from .harness import report
 from .harness.codebases import CODEBASES
@@ -59,7 +62,7 @@ def write_report(names: list[str]) -> None:
         say("no full-run results to report")
         return
     report.chart(results, report.CHART)
-    report.update_docs(report.markdown(results, "benchmark-chart.png"))
+    report.update_docs(report.markdown(results, "../benchmark-chart.png"))
     say(f"wrote {report.DOCS} and {report.CHART}")
 
 
@@ -107,10 +110,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", choices=sorted(CODEBASES), help="measure only this code base")
     p.add_argument("--rounds", type=int, help="rounds of warm scenarios (default 3; quick 1)")
     sub.add_parser("report", help="regenerate the docs table and chart from saved results")
+    h = sub.add_parser("history", help="backend compiles across a real commit history",
+                       description=history.__doc__, formatter_class=raw)  # fmt: skip
+    history.add_arguments(h)
     args = parser.parse_args(argv)
     if args.command == "report":
         write_report(list(CODEBASES))
         return 0
+    if args.command == "history":
+        byte_compile()  # as when installed
+        return history.main(args)
     return run(args)
 
 

@@ -33,7 +33,7 @@ def cached_dist() -> str:
 
 
 ROOT = Path(__file__).parent.parent  # the checkout
-PACKAGES = (ROOT / "cached_dist", ROOT / "store")
+PACKAGES = (ROOT / "cached_dist", ROOT / "store", ROOT / "procs")
 
 
 def byte_compile(packages: tuple[Path, ...] = PACKAGES, python: str = sys.executable) -> None:

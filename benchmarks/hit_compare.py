@@ -41,7 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     byte_compile()
     other = str(Path(args.other).resolve())
     other_root = Path(other).parent.parent.parent  # .venv/bin/cached-dist -> checkout
-    byte_compile((other_root / "cached_dist", other_root / "store"),
+    byte_compile(tuple(other_root / p for p in ("cached_dist", "store", "procs")
+                       if (other_root / p).is_dir()),
                  str(Path(other).parent / "python"))  # fmt: skip
     work = WORK / "hit_compare"
     src = lua.build(work / "lua", thin=not args.regular)

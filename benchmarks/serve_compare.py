@@ -2,7 +2,7 @@
 user waits for it, and the distributor's own share of it.
 
     python -m benchmarks.serve_compare --base REV [--program gen-300] [--links 300]
-                                       [--gap 0.03] [--copies]
+                                       [--gap 0.03] [--copies] [--plain]
 
 REV's tree (``git archive``) goes to benchmarks/work/serve_compare/REV, where its C
 extensions and client are built in place. Each tree runs a ``cached-dist serve`` of its own
@@ -16,6 +16,9 @@ work moved out of the link lands on an LLD that is finishing it (docs/design.md,
 link"). Printed, and saved to benchmarks/results/serve_compare.json: the paired differences
 (this checkout minus REV), their mean with its standard error and their median. Every timed
 link must be served by its server, or the run fails.
+
+``--plain``: no servers; each link runs its tree's cached-dist itself (a link before the
+server is up, or with ``CACHED_DIST_SERVER=0``), and every timed link must be a full hit.
 
 Programs: those of floor_bench (lua-regular, lua-thin, gen-300, gen-3000), built where
 floor_bench builds them (reused if there). ``--copies``: outputs copied, not hard-linked.
@@ -52,12 +55,25 @@ ROOT = WORK / "serve_compare"
 
 def paired(new: list[float], old: list[float]) -> dict[str, float]:
     """The differences ``new - old``, pair by pair: their mean, its standard error, their
-    median and how many pairs."""
+    median with its 95% confidence interval, and how many pairs.
+
+    Link times have long tails (a link now and then takes several times the median), which
+    widen the mean's error far more than the median's: the interval is the distribution-free
+    one, between the order statistics a binomial count of pairs puts either side of it."""
     if len(new) != len(old) or len(new) < 2:
         raise ValueError("need two lists of the same length, at least 2")
-    diffs = [a - b for a, b in zip(new, old, strict=True)]
-    return {"mean": statistics.fmean(diffs), "se": statistics.stdev(diffs) / math.sqrt(len(diffs)),
-            "median": statistics.median(diffs), "pairs": float(len(diffs))}  # fmt: skip
+    diffs = sorted(a - b for a, b in zip(new, old, strict=True))
+    n = len(diffs)
+    below = max(0, math.floor(n / 2 - 1.96 * math.sqrt(n) / 2))  # pairs under the interval
+    return {"mean": statistics.fmean(diffs), "se": statistics.stdev(diffs) / math.sqrt(n),
+            "median": statistics.median(diffs), "median_low": diffs[below],
+            "median_high": diffs[n - 1 - below], "pairs": float(n)}  # fmt: skip
+
+
+def described(d: dict[str, float]) -> str:
+    """One line of :func:`paired`'s figures, as the comparisons print them."""
+    return (f"mean {d['mean']:+.2f} +- {d['se']:.2f} ms, median {d['median']:+.2f} ms, "
+            f"95% [{d['median_low']:+.2f}, {d['median_high']:+.2f}]")  # fmt: skip
 
 
 class Tree:
@@ -80,6 +96,12 @@ class Tree:
     def start(self) -> None:
         self.server = launch_server(self.launcher, self.log, self.env)
 
+    def misses(self) -> int:
+        """Misses so far in this tree's cache (``stats``)."""
+        done = subprocess.run([self.launcher, "stats", "--json", f"--cache-dir={self.cache}"],
+                              capture_output=True, text=True, check=True)  # fmt: skip
+        return int(json.loads(done.stdout)["misses"])
+
     def stop(self) -> None:
         if self.server is not None:
             self.server.terminate()
@@ -88,9 +110,10 @@ class Tree:
     def served(self) -> int:
         return self.log.read_text().count(": served ")
 
-    def link(self, program: str, src: Path, shim: Path, extra: list[str]) -> float:
-        """One link through this tree's server; its wall time."""
-        args = [str(self.own), str(self.client), self.launcher, "--quiet",
+    def link(self, program: str, src: Path, shim: Path, extra: list[str], plain: bool) -> float:
+        """One link through this tree's server (``plain``: its cached-dist alone, no server);
+        its wall time."""
+        args = [str(self.own), *([] if plain else [str(self.client)]), self.launcher, "--quiet",
                 f"--cache-dir={self.cache}", *extra]  # fmt: skip
         cmd = link_command(
             program,
@@ -117,7 +140,9 @@ def export(rev: str) -> Tree:
         subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
         subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=dest,
                        check=True, capture_output=True)  # fmt: skip
-        byte_compile((dest / "cached_dist", dest / "store"))
+        byte_compile(
+            tuple(dest / p for p in ("cached_dist", "store", "procs") if (dest / p).is_dir())
+        )
         launcher.write_text(f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {str(dest)!r})\n"
                             "from cached_dist.cli import run\nrun()\n")  # fmt: skip
         launcher.chmod(0o755)
@@ -135,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--links", type=int, default=300, help="rounds (pairs of links)")
     parser.add_argument("--gap", type=float, default=0.03, help="seconds after each link")
     parser.add_argument("--copies", action="store_true", help="copy outputs, no --hard-link")
+    parser.add_argument("--plain", action="store_true",
+                        help="no server: each link runs the tree's cached-dist itself")  # fmt: skip
     args = parser.parse_args(argv)
     if args.links < 2:
         parser.error("--links must be at least 2")
@@ -147,29 +174,35 @@ def main(argv: list[str] | None = None) -> int:
     new = Tree("this checkout", cached_dist(), CHECKOUT / "cached_dist/serve/cached-dist-client")
     extra = [] if args.copies else ["--hard-link"]
     trees = (new, old)
+    plain = args.plain
+    warmed: dict[str, int] = {}
     try:
         for tree in trees:
-            tree.start()
+            if not plain:
+                tree.start()
             for _ in range(2):  # the first compiles into its cache; the second is served
-                tree.link(args.program, src, shim, extra)
-            if tree.served() != 1:
+                tree.link(args.program, src, shim, extra, plain)
+            if not plain and tree.served() != 1:
                 raise RuntimeError(f"{tree.name}: the warm-up link was not served: "
                                    f"{tree.log.read_text()}")  # fmt: skip
+            warmed[tree.name] = tree.misses()
             tree.own.write_text("")
         for i in range(args.links):
             for tree in trees if i % 2 == 0 else trees[::-1]:
-                tree.walls.append(tree.link(args.program, src, shim, extra))
+                tree.walls.append(tree.link(args.program, src, shim, extra, plain))
                 time.sleep(args.gap)
     finally:
         for tree in trees:
             tree.stop()
     for tree in trees:
-        if tree.served() != 1 + args.links or len(tree.own_times()) != args.links:
+        if len(tree.own_times()) != args.links or tree.misses() != warmed[tree.name]:
+            raise RuntimeError(f"{tree.name}: not every timed link was a full hit")
+        if not plain and tree.served() != 1 + args.links:
             raise RuntimeError(f"{tree.name}: not every timed link was served by its server")
     result = {
         "benchmark": "serve_compare", "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         "machine": machine(), "base": args.base, "program": args.program,
-        "links": args.links, "gap_s": args.gap, "hard_link": not args.copies,
+        "links": args.links, "gap_s": args.gap, "hard_link": not args.copies, "plain": plain,
         "own_ms": paired([1000 * t for t in new.own_times()], [1000 * t for t in old.own_times()]),
         "whole_link_ms": paired([1000 * t for t in new.walls], [1000 * t for t in old.walls]),
         "medians_ms": {tree.name: {"own": 1000 * statistics.median(tree.own_times()),
@@ -180,13 +213,12 @@ def main(argv: list[str] | None = None) -> int:
     (RESULTS / "serve_compare.json").write_text(json.dumps(result, indent=2) + "\n")
     how = "copies" if args.copies else "--hard-link"
     print(
-        f"{args.program}, warm server, {how}: this checkout minus {args.base}, "
+        f"{args.program}, {'no server' if plain else 'warm server'}, {how}: "
+        f"this checkout minus {args.base}, "
         f"{args.links} pairs, {args.gap:g} s between links"
     )
     for label, key in (("own time", "own_ms"), ("whole link", "whole_link_ms")):
-        d = result[key]
-        print(f"  {label:10s} mean {d['mean']:+.2f} +- {d['se']:.2f} ms, "
-              f"median {d['median']:+.2f} ms")  # fmt: skip
+        print(f"  {label:10s} {described(result[key])}")
     for name, m in result["medians_ms"].items():
         print(f"  {name}: own {m['own']:.2f} ms, whole link {m['whole link']:.1f} ms (medians)")
     return 0

@@ -61,15 +61,25 @@ CONFIGS = [
 BY_KEY = {c.key: c for c in CONFIGS}
 
 
-def counting_wrapper(where: Path) -> Path:
+def counting_wrapper(where: Path, timed: bool = False) -> Path:
     """A remote compiler that appends a line to ``$BENCH_COUNT`` per compilation, then
-    runs clang: what every counted configuration compiles with."""
+    runs clang: what every counted configuration compiles with. ``timed``: the line is
+    ``PID REAL USER SYS`` (seconds, bash's ``time`` of the clang process), written when the
+    compilation ends."""
     where.mkdir(parents=True, exist_ok=True)
-    script = where / "counting-clang"
-    script.write_text(
-        '#!/bin/sh\n[ -n "$BENCH_COUNT" ] && echo "$$" >> "$BENCH_COUNT"\n'
-        f"exec '{LLVM_BIN / 'clang'}' \"$@\"\n"
-    )
+    clang = f"'{LLVM_BIN / 'clang'}'"
+    if timed:
+        script = where / "counting-clang-timed"
+        script.write_text(
+            f'#!/bin/bash\n[ -z "$BENCH_COUNT" ] && exec {clang} "$@"\n'
+            'TIMEFORMAT="$$ %3R %3U %3S"\n'
+            f'{{ time {clang} "$@" 2>&3 3>&-; }} 3>&2 2>>"$BENCH_COUNT"\n'
+        )
+    else:
+        script = where / "counting-clang"
+        script.write_text(
+            f'#!/bin/sh\n[ -n "$BENCH_COUNT" ] && echo "$$" >> "$BENCH_COUNT"\nexec {clang} "$@"\n'
+        )
     script.chmod(0o755)
     return script
 

@@ -1,4 +1,4 @@
-"""Tables and the chart from the raw results, and their place in docs/benchmarks.md.
+"""Tables and the chart from the raw results, and their place in docs/benchmarks/real-code-bases.md.
 
 The generated part of the docs section sits between two markers, so a rerun replaces the
 figures and leaves the hand-written reading of them alone.
@@ -11,7 +11,7 @@ from .configs import CONFIGS
 from .runner import SCENARIOS, WARM
 
 ROOT = Path(__file__).parent.parent.parent
-DOCS = ROOT / "docs" / "benchmarks.md"
+DOCS = ROOT / "docs" / "benchmarks" / "real-code-bases.md"
 CHART = ROOT / "docs" / "benchmark-chart.png"
 BEGIN, END = "<!-- real-code-bases:begin -->", "<!-- real-code-bases:end -->"
 
@@ -51,10 +51,10 @@ def markdown(results: list[dict[str, Any]], chart: str | None) -> str:
     first = results[0]
     tools = first.get("tools", {})
     parts = [
-        f"Measured {first['date']} on {first['machine'].get('cpu', '')} "
+        f"Measured on {first['machine'].get('cpu', '')} "
         f"({first['machine']['usable_cpus']} usable CPUs), {tools.get('clang', '')}, "
-        f"{tools.get('cached-dist', '')}; command `{first['command']}`. "
-        "Raw results: `benchmarks/results/real-*.json`.",
+        f"{tools.get('cached-dist', '')}; each code base's date and command under its name "
+        "(they may come from different runs). Raw results: `benchmarks/results/real-*.json`.",
         "",
         "Each cell: median link wall time · backend compilations / backend jobs per link, "
         "hit rate (compilations counted by the remote-compiler wrapper; (a) has no remote "
@@ -66,7 +66,8 @@ def markdown(results: list[dict[str, Any]], chart: str | None) -> str:
     if chart:
         parts += ["", f"![hit rates and warm link times per configuration]({chart})"]
     for r in results:
-        parts += ["", f"### {r['codebase']} ({r['package']} {r.get('version', '')})", "",
+        parts += ["", f"## {r['codebase']} ({r['package']} {r.get('version', '')})", "",
+                  f"Measured {r['date']}; command `{r['command']}`. "
                   f"{r['language']}, built by {r['build_system']}; links {r['program']}. "
                   f"Build by its build system: {r.get('build_s', 0):.0f} s. Edits: leaf "
                   f"`{r['edits']['leaf']}`, hub `{r['edits']['hub']}`.", "", table(r)]  # fmt: skip
@@ -91,11 +92,12 @@ def chart(results: list[dict[str, Any]], path: Path) -> None:
             row[0].bar(xs, hits, width, label=f"({c.key}) {c.label}")
             times = [r["scenarios"][n]["configs"][c.key]["median_s"] for n in warm]
             row[1].bar([x + i * width for x in range(len(warm))], times, width)
-        row[0].set_title(f"{r['codebase']}: backend jobs not compiled (hit rate, %)")
+        when = str(r["date"])[:10]  # results of several runs may stand side by side
+        row[0].set_title(f"{r['codebase']} ({when}): backend jobs not compiled (hit rate, %)")
         row[0].set_xticks([x + 0.4 - width / 2 for x in range(len(names))], names,
                           rotation=30, ha="right", fontsize=8)  # fmt: skip
         row[0].set_ylim(0, 105)
-        row[1].set_title(f"{r['codebase']}: warm link wall time (median, s, log scale)")
+        row[1].set_title(f"{r['codebase']} ({when}): warm link wall time (median, s, log scale)")
         row[1].set_yscale("log")
         row[1].set_xticks([x + 0.4 - width / 2 for x in range(len(warm))], warm,
                           rotation=30, ha="right", fontsize=8)  # fmt: skip
@@ -105,11 +107,12 @@ def chart(results: list[dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
-def update_docs(generated: str, docs: Path = DOCS) -> None:
-    """Replaces the generated block of the "Real code bases" section (which must exist)."""
+def update_docs(generated: str, docs: Path = DOCS, begin: str = BEGIN, end: str = END) -> None:
+    """Replaces the generated block between ``begin`` and ``end`` (by default the "Real code
+    bases" section's), which must exist."""
     text = docs.read_text()
-    if BEGIN not in text or END not in text:
-        raise RuntimeError(f"{docs} has no {BEGIN} ... {END} block to fill")
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    docs.write_text(f"{head}{BEGIN}\n{generated}\n{END}{tail}")
+    if begin not in text or end not in text:
+        raise RuntimeError(f"{docs} has no {begin} ... {end} block to fill")
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    docs.write_text(f"{head}{begin}\n{generated}\n{end}{tail}")
