@@ -48,8 +48,9 @@ test: lint
 bench: setup
 	python -m benchmarks run
 
-# The native shard decoder under AddressSanitizer + UBSan, fed damaged real shards
-# (scripts/sanitize; CC=clang to use clang, MUTATIONS=N for more).
+# The native shard decoder under AddressSanitizer + UBSan, fed damaged real shards, then the
+# other C extensions' differential tests, the placer's with damaged zstd frames
+# (scripts/sanitize; CC=clang to use clang, MUTATIONS=N, FRAME_MUTATIONS=N for more).
 sanitize: setup
 	scripts/sanitize
 
