@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import sys
+from _thread import _local
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -29,8 +30,10 @@ MAGIC = b"\x28\xb5\x2f\xfd"
 #: (ccache's default): object files compress ~3x at several hundred MB/s.
 DEFAULT_LEVEL = 1
 _backend: ModuleType | None = None
-_decompressor: Any = None
-_compressors: dict[int, Any] = {}
+#: Compressors and decompressors, one set per thread: a ``ZstdCompressor`` holds one zstd
+#: context and releases the GIL while it works, so two threads sharing one (the local
+#: runner's completions, say) corrupt it and crash the process.
+_mine = _local()
 
 
 class Error(ValueError):
@@ -88,9 +91,12 @@ class _Spec:
 
 def compress(data: bytes | memoryview, level: int = DEFAULT_LEVEL) -> bytes:
     """One zstd frame of ``data`` at ``level`` (1-22), naming its size in the frame header."""
-    compressor = _compressors.get(level)
+    compressors: dict[int, Any] | None = getattr(_mine, "compressors", None)
+    if compressors is None:
+        compressors = _mine.compressors = {}
+    compressor = compressors.get(level)
     if compressor is None:
-        compressor = _compressors[level] = _load().ZstdCompressor(
+        compressor = compressors[level] = _load().ZstdCompressor(
             level=level, write_content_size=True
         )
     frame: bytes = compressor.compress(data)
@@ -100,14 +106,14 @@ def compress(data: bytes | memoryview, level: int = DEFAULT_LEVEL) -> bytes:
 def decompress(frame: bytes | memoryview, size: int) -> bytes:
     """The ``size`` bytes one zstd frame holds; :class:`Error` for anything else (another
     size declared, none, damage, trailing bytes)."""
-    global _decompressor
     backend = _load()
     try:
         if backend.frame_content_size(frame) != size:
             raise Error("a frame of another size")
-        if _decompressor is None:
-            _decompressor = backend.ZstdDecompressor()
-        data: bytes = _decompressor.decompress(frame, max_output_size=size, allow_extra_data=False)
+        decompressor = getattr(_mine, "decompressor", None)
+        if decompressor is None:
+            decompressor = _mine.decompressor = backend.ZstdDecompressor()
+        data: bytes = decompressor.decompress(frame, max_output_size=size, allow_extra_data=False)
     except backend.ZstdError as e:
         raise Error(str(e)) from None
     if len(data) != size:

@@ -135,3 +135,36 @@ def test_exported_values_round_trip_between_plain_and_compressing_stores(
     assert _placed(b, "aa", tmp_path / "out.o") == OBJECT
     assert entry.decode(value, "aa")[0]["output0"][1] == OBJECT
 
+
+#: Eight threads compressing and decompressing different data at once, as a link's runner
+#: completions and uploads do; prints how many round trips gave other bytes.
+_THREADS = """
+import os, sys, threading
+from store import zstd
+data = [os.urandom(1000) * 200 for _ in range(8)]
+wrong = []
+def work(i):
+    for _ in range(200):
+        try:
+            if zstd.decompress(zstd.compress(data[i]), len(data[i])) != data[i]:
+                wrong.append(i)
+        except zstd.Error as e:
+            wrong.append(str(e))
+threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+for t in threads: t.start()
+for t in threads: t.join()
+print(len(wrong))
+"""
+
+
+def test_threads_compressing_at_once_get_their_own_bytes() -> None:
+    """A zstd context is not shared between threads: one shared compressor, working with the
+    GIL released in two threads at once, crashed a link with a segmentation fault."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", _THREADS], cwd=root, capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["0"]
