@@ -254,7 +254,24 @@ def test_two_redis_servers_in_one_tier_one_killed_mid_link(tmp_path: Path) -> No
     """Keys spread over two servers by rendezvous hashing; the second one killed while A
     compiles: one warning, A finishes right and its uploads go to the first; a machine that
     links later hits what the first holds, the dead one's share being misses."""
-    one, two = start_redis(tmp_path / "one"), start_redis(tmp_path / "two")
+    one = start_redis(tmp_path / "one")
+    # Which server owns a key depends on the servers' URLs, so on their free ports: two is
+    # restarted until each server owns some of A's keys (learnt by a link through one, then
+    # forgotten), or the kill below would touch none of A's uploads. Every machine uses the
+    # compiler that waits at a gate (the compiler is part of the key), the gate open till A.
+    gate = tmp_path / "gate"
+    shared_compiler(tmp_path, gate=gate)
+    gate.touch()
+    probe = Machine(tmp_path, "probe")
+    a_expected = list(keys_by_module(probe.link(one.url, "-v").stderr).values())
+    redis_call(one, "FLUSHALL")
+    for attempt in range(40):
+        two = start_redis(tmp_path / f"two-{attempt}")
+        if 0 < len(_owned(two.url, a_expected, [one.url, two.url])) < len(a_expected):
+            break
+        two.stop()
+    else:
+        raise AssertionError(f"no port of 40 split {a_expected} between two servers")
     try:
         tier = f"{one.url}|{two.url}"
         # Where each key lives: every value on the server owner() names, none elsewhere.
@@ -268,8 +285,7 @@ def test_two_redis_servers_in_one_tier_one_killed_mid_link(tmp_path: Path) -> No
 
         # A's compiles wait at a gate: the second server is killed while the first waits
         # (the lookup and the claims done), so every upload comes after it died.
-        gate = tmp_path / "gate"
-        shared_compiler(tmp_path, gate=gate)
+        gate.unlink()
         a = Machine(tmp_path, "a")
         proc = subprocess.Popen(a.link_command(tier, "-j1", "-v"), cwd=a.project.dir,
                                 stderr=subprocess.PIPE, text=True)  # fmt: skip
@@ -288,6 +304,7 @@ def test_two_redis_servers_in_one_tier_one_killed_mid_link(tmp_path: Path) -> No
         assert found[0].endswith("; continuing without it (its keys are misses)")
         assert stats(a.cache)["remote_errors"] == 1
         a_keys = list(keys_by_module(err).values())
+        assert sorted(a_keys) == sorted(a_expected)
         on_one = _owned(one.url, a_keys, [one.url, two.url])
         assert all(remote_value(one, k) is not None for k in on_one)
 
