@@ -157,8 +157,10 @@ class Store:
                 self._problems.report(
                     "read-only", f"the cache at {self.root} is read-only; caching is off"
                 )
-            else:
-                self._problems.error(f"cannot open the cache at {self.root}", error)
+            else:  # the path once: an OSError naming the cache's own path says it already
+                named = isinstance(error, OSError) and error.filename in (self.root, str(self.root))
+                where = "" if named else f" at {self.root}"
+                self._problems.error(f"cannot open the cache{where}", error)
             self.failure = self._why_unusable
 
     # -- state --------------------------------------------------------------------------

@@ -621,3 +621,15 @@ def test_materialize_many_turns_an_unexpected_failure_into_misses(
     monkeypatch.setattr(store.store, "place", broken)
     assert s.materialize_many([(m, {"obj": str(tmp_path / "o")})]) == [None]
     assert "cannot copy a cached output: RuntimeError: a bug" in w.text()
+
+
+def test_a_cache_that_cannot_be_made_says_so_once_and_passes_through(tmp_path: Path) -> None:
+    """A cache directory that cannot be created (its parent is a file): one warning naming the
+    path once, every get a miss, every put a no-op."""
+    (tmp_path / "file").write_bytes(b"")
+    root = tmp_path / "file" / "c"
+    w = Warnings()
+    s = Store(root, warn=w)
+    assert not s.usable and s.get("aa01") is None and not put(s, tmp_path, "aa01", b"x")
+    assert w.text().strip() == (f"cannot open the cache: Not a directory: {root}; "
+                                "continuing without it")  # fmt: skip
