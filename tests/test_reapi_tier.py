@@ -35,6 +35,18 @@ def test_machine_b_compiles_nothing_after_machine_a(tmp_path: Path, casd: Casd) 
     assert "store.remote.reapi_lookup" in modules  # the measurement works
     assert sorted(m for m in modules if m.split(".")[0] in ("grpc", "google")
                   or m.startswith("store.remote.reapi_pb")) == []  # fmt: skip
+    # Nor, without --verbose (whose source-path hint reads more), what a local full hit does
+    # without (tests/test_hot_path.py): the tier checks what it reads without re, and
+    # suppresses errors without contextlib.
+    # A store that has seen this compiler (it linked another program), as on a developer's
+    # machine: a new store's first link creates its databases and identifies the compiler.
+    seen = Machine(tmp_path, "seen", program="shapes")
+    seen.link(casd.url)
+    c = Machine(tmp_path, "c")
+    c.cache = seen.cache
+    quiet = c.link(casd.url, env=env)
+    assert c.compiled == 0 and "5 jobs: 5 hits (5 from the remote), 0 compiled" in quiet.stderr
+    assert sorted({"re", "enum", "contextlib", "json", "subprocess"} & imported(quiet.stderr)) == []
     where = re.escape(casd.url)
     hit = rf"cached-dist: hit  [0-9a-f]{{32}} \S+: remote \({where}\), [0-9.]+ ms"
     assert len(re.findall(hit, done.stderr)) == 5, done.stderr

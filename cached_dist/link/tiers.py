@@ -32,9 +32,7 @@ cache is the remote tier.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import re
 import threading
 import time
 
@@ -68,7 +66,14 @@ REAPI_COUNTERS = ("reapi_hits", "reapi_misses", "reapi_uploads", "reapi_bytes_do
 
 _MEMO = b"CDM1"  # a remote memo value: this, then the remembered text (a shard digest)
 _MEMO_SIGNED = b"CDM2"  # the same, then an HMAC-SHA256 tag (32 bytes) of its key and text
-_MEMO_TEXT = re.compile(r"(canon|raw):[0-9a-f]{32}")
+_HEX = frozenset("0123456789abcdef")
+
+
+def _is_memo_text(text: str) -> bool:
+    """Whether ``text`` is what a memo remembers: ``canon:`` or ``raw:`` and 32 hex digits
+    (checked without ``re``, which a remote link would otherwise import for this alone)."""
+    kind, colon, digest = text.partition(":")
+    return bool(colon) and kind in ("canon", "raw") and len(digest) == 32 and set(digest) <= _HEX
 
 
 def _memo_key(namespace: str, key: str) -> str:
@@ -107,7 +112,7 @@ def _memo_text(value: bytes | None, memo_key: str, signing_key: bytes | None) ->
             return True
         raw = value[len(_MEMO) :]
     text = raw.decode("ascii", "replace")
-    return text if _MEMO_TEXT.fullmatch(text) else False
+    return text if _is_memo_text(text) else False
 
 
 def read_signing_key(path: str) -> bytes:
@@ -391,8 +396,10 @@ class Tiers:
                     f.write(outputs[role][1])
                 os.replace(tmp, dest)
             except OSError:
-                with contextlib.suppress(OSError):
+                try:  # noqa: SIM105 - contextlib imports collections and functools
                     os.unlink(tmp)
+                except OSError:
+                    pass
                 return False  # compile it instead: the runner reports a real problem
         return True
 
@@ -604,6 +611,8 @@ class Tiers:
                     self.counters["reapi_corrupt"] += reapi.corrupt
                 trips = remote.backend.round_trips
                 self.log.detail(f"remote {remote.url}: {trips} round trip{'s' * (trips != 1)}")
-                with contextlib.suppress(Exception):
+                try:  # noqa: SIM105 - as above
                     remote.backend.close()
+                except Exception:
+                    pass
         return self.counters
