@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import sys
-from _thread import _local
+from _thread import _local, allocate_lock
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -34,6 +34,7 @@ _backend: ModuleType | None = None
 #: context and releases the GIL while it works, so two threads sharing one (the local
 #: runner's completions, say) corrupt it and crash the process.
 _mine = _local()
+_loading = allocate_lock()
 
 
 class Error(ValueError):
@@ -43,11 +44,14 @@ class Error(ValueError):
 def _load() -> ModuleType:
     global _backend
     if _backend is None:
-        _backend = _load_c_backend()
-        if _backend is None:
-            import zstandard
+        with _loading:  # two threads' first frames at once: one load
+            if _backend is None:
+                backend = _load_c_backend()
+                if backend is None:
+                    import zstandard
 
-            _backend = zstandard
+                    backend = zstandard
+                _backend = backend
     return _backend
 
 
