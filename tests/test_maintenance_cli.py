@@ -13,7 +13,7 @@ import pytest
 from store import Store
 from store.layout import TAG
 
-from .store.helpers import content, fill, remount_ro, try_mount_tmpfs, umount, write
+from .store.helpers import content, fill, mounted_tmpfs, remount_ro, write
 from .toolchain import cached_dist_exe, run
 
 COMMANDS = ("stats", "clear", "trim", "verify")
@@ -47,13 +47,7 @@ def make_cache(root: Path, tmp: Path, entries: int = 3) -> None:
 
 @pytest.fixture
 def small(tmp_path: Path) -> Iterator[Path]:
-    mnt = tmp_path / "small"
-    if not try_mount_tmpfs(mnt, "2m"):
-        pytest.skip("cannot mount a tmpfs here (needs root with CAP_SYS_ADMIN)")
-    try:
-        yield mnt
-    finally:
-        umount(mnt)
+    yield from mounted_tmpfs(tmp_path / "small", "2m")
 
 
 @pytest.mark.parametrize("name", COMMANDS)

@@ -6,6 +6,7 @@ import hashlib
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -97,6 +98,17 @@ def remount_ro(target: Path) -> bool:
 
 def umount(target: Path) -> None:
     subprocess.run(["umount", "-l", str(target)], capture_output=True, check=False)
+
+
+def mounted_tmpfs(target: Path, size: str) -> Iterator[Path]:
+    """A fixture's body: a tmpfs of ``size`` at ``target`` for the test, unmounted after it;
+    the test is skipped where none can be mounted."""
+    if not try_mount_tmpfs(target, size):
+        pytest.skip("cannot mount a tmpfs here (needs root with CAP_SYS_ADMIN)")
+    try:
+        yield target
+    finally:
+        umount(target)
 
 
 def counting_forks(monkeypatch: pytest.MonkeyPatch) -> list[int]:

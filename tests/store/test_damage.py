@@ -18,8 +18,8 @@ from tests.store.helpers import (
     Warnings,
     content,
     counting_forks,
+    mounted_tmpfs,
     remount_ro,
-    try_mount_tmpfs,
     umount,
     write,
 )
@@ -188,13 +188,7 @@ def test_unwritable_root_is_pass_through(tmp_path: Path) -> None:
 
 @pytest.fixture
 def tmpfs(tmp_path: Path) -> Iterator[Path]:
-    mnt = tmp_path / "mnt"
-    if not try_mount_tmpfs(mnt, "1m"):
-        pytest.skip("cannot mount a tmpfs here (needs root with CAP_SYS_ADMIN)")
-    try:
-        yield mnt
-    finally:
-        umount(mnt)
+    yield from mounted_tmpfs(tmp_path / "mnt", "1m")
 
 
 def test_read_only_cache_directory(tmpfs: Path, tmp_path: Path) -> None:

@@ -15,7 +15,16 @@ import xxhash
 
 from store import Store
 from store.maintenance import RECLAIM_FLAG, referenced
-from tests.store.helpers import Warnings, content, fill, put, served, try_mount_tmpfs, umount
+from tests.store.helpers import (
+    Warnings,
+    content,
+    fill,
+    mounted_tmpfs,
+    put,
+    served,
+    try_mount_tmpfs,
+    umount,
+)
 
 
 def says_full(text: str) -> bool:
@@ -58,13 +67,7 @@ def free_inodes(path: Path) -> int:
 
 @pytest.fixture
 def small(tmp_path: Path) -> Iterator[Path]:
-    mnt = tmp_path / "small"
-    if not try_mount_tmpfs(mnt, "2m"):
-        pytest.skip("cannot mount a tmpfs here (needs root with CAP_SYS_ADMIN)")
-    try:
-        yield mnt
-    finally:
-        umount(mnt)
+    yield from mounted_tmpfs(tmp_path / "small", "2m")
 
 
 def test_a_put_that_cannot_write_its_entry_takes_its_blobs_back(tmp_path: Path) -> None:
