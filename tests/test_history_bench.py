@@ -27,6 +27,7 @@ from benchmarks.history_machine import (
     parse_summary,
 )
 from tests.servers import start_redis
+from tests.test_bench_harness import SOURCES as HARNESS_SOURCES
 
 pytestmark = pytest.mark.skipif(
     not (LLVM_BIN / "clang").exists(), reason="/usr/lib/llvm-22/bin/clang is missing"
@@ -61,14 +62,10 @@ $(LUA_T): $(LUA_O) $(CORE_T)
 
 $(CORE_O) $(LUA_O): makefile util.h
 """
+#: tests/test_bench_harness.py's toy sources; this program prints its name first.
 SOURCES = {
-    "util.h": "int twice(int x);\nint area(int w, int h);\nint letters(const char *s);\n",
-    "util.c": '#include "util.h"\nint twice(int x) {\n  return 2 * x;\n}\n',
-    "shapes.c": '#include "util.h"\nint area(int w, int h) {\n  return twice(w) * h / 2;\n}\n',
-    "text.c": '#include "util.h"\nint letters(const char *s) {\n'
-    "  int n = 0;\n  while (*s++) n = twice(n) / 2 + 1;\n  return n;\n}\n",
-    "main.c": '#include <stdio.h>\n#include "util.h"\nint main(void) {\n'
-    '  printf("toy %d %d\\n", area(3, 4), letters("tiny"));\n  return 0;\n}\n',
+    **HARNESS_SOURCES,
+    "main.c": HARNESS_SOURCES["main.c"].replace('printf("%d', 'printf("toy %d'),
 }
 TOY = history.Project("toy", (), "toy 12 4")
 
