@@ -202,16 +202,19 @@ def noop_actions(url: str, n: int) -> float:
                     tool_version="benchmark")  # fmt: skip
     try:
         root = re.Directory().SerializeToString()
-        blobs = {digest_of(root).hash: root}
+        root_digest = digest_of(root)
+        blobs = {root_digest.hash: root}
         actions = []
         salt = repr(time.time())  # a fresh server each round; distinct anyway
         for i in range(n):
             command = re.Command(arguments=["/bin/true", salt, str(i)]).SerializeToString()
-            action = re.Action(command_digest=digest_of(command), input_root_digest=digest_of(root),
+            command_digest = digest_of(command)
+            action = re.Action(command_digest=command_digest, input_root_digest=root_digest,
                                do_not_cache=True).SerializeToString()  # fmt: skip
-            blobs[digest_of(command).hash] = command
-            blobs[digest_of(action).hash] = action
-            actions.append(digest_of(action))
+            action_digest = digest_of(action)
+            blobs[command_digest.hash] = command
+            blobs[action_digest.hash] = action
+            actions.append(action_digest)
         client.upload(blobs)
         failed: list[str] = []
 

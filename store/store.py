@@ -158,7 +158,7 @@ class Store:
                     "read-only", f"the cache at {self.root} is read-only; caching is off"
                 )
             else:  # the path once: an OSError naming the cache's own path says it already
-                named = isinstance(error, OSError) and error.filename in (self.root, str(self.root))
+                named = isinstance(error, OSError) and error.filename == self.root
                 where = "" if named else f" at {self.root}"
                 self._problems.error(f"cannot open the cache{where}", error)
             self.failure = self._why_unusable
