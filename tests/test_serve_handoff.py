@@ -77,9 +77,11 @@ class Refused:
     committed = False
     standby = None
 
-    def commit(self, full_hit: bool, why: str = "not a full hit from the local cache") -> None:
+    def commit(
+        self, full_hit: bool, why: str = "not a full hit from the local cache", failed: str = ""
+    ) -> None:
         if not full_hit:
-            raise FallBack(why)
+            raise FallBack(why, failed)
         self.committed = True
 
 

@@ -29,7 +29,7 @@ from .writes import LinkWrites
 
 TYPE_CHECKING = False  # typing and dataclasses cost ~15 ms of a ~100 ms cache hit
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
     from typing import Any
 
     from store import Claim, Store
@@ -81,7 +81,8 @@ class CachedLink:
     ) -> None:  # fmt: skip
         self.job_file = job_file
         self.helper = helper  # the early worker, which may place half of the hits' outputs
-        self.handoff = handoff  # a warm server's child: only a full local hit goes ahead
+        self.handoff = handoff  # a warm server's child: only a full hit goes ahead
+        self.remote_asked = False  # whether serve_all asked the remote tiers already
         self.tiers = tiers  # the remote tiers, None without --remote-storage
         self.writes = writes  # the link's memos and promotions, written at its end
         self.options = options
@@ -129,19 +130,39 @@ class CachedLink:
         found = self.found
         ready = [k for k in keyed if (m := found.get(k.key or "")) is not None
                  and len(m.outputs) == len(k.job.outputs)]  # fmt: skip
+        local = {k.job.index for k in ready}
+        rest = [k for k in keyed if k.job.index not in local]
         if self.handoff is not None:  # nothing written yet: the client may still link itself
-            # A full local hit needs nothing of a remote tier (it is asked for misses; what
-            # ShardKeys shares with it waits for the commit: see run_cached).
-            self.handoff.commit(len(ready) == len(keyed) and self.options.verify_hits <= 0)
+            # A full hit from the local store and the remote tiers together is served too:
+            # the local misses are fetched and checked first, and the link committed to (or
+            # handed back) before any output is written. What ShardKeys shares with the
+            # remotes waits for the commit (see run_cached).
+            if rest and self.tiers is not None and self.options.verify_hits <= 0:
+                rest = self.fetch_remote(rest, first=True, gate=self._commit)
+                self.remote_asked = True
+            else:
+                self._commit(not rest)
         placed = self.store.materialize_many(
             [(found[k.key or ""], output_roles(k.job)) for k in ready], helper=self.helper
         )
-        served: set[int] = set()
+        missing = {k.job.index for k in rest}
         for k, took in zip(ready, placed, strict=True):
             if took is not None:
                 self.account(k, found[k.key or ""], "local cache", took)
-                served.add(k.job.index)
-        return [k for k in keyed if k.job.index not in served]
+            else:
+                missing.add(k.job.index)
+        return [k for k in keyed if k.job.index in missing]
+
+    def _commit(self, full_hit: bool) -> None:
+        """A warm server's child: goes on with the link, or hands it back (serve/handoff.py)
+        with the remotes that failed in its attempt, which the client's own run skips."""
+        assert self.handoff is not None
+        if self.tiers is None:
+            self.handoff.commit(full_hit and self.options.verify_hits <= 0)
+        else:
+            self.handoff.commit(full_hit and self.options.verify_hits <= 0,
+                                "not a full hit from the local cache and the remote tiers",
+                                self.tiers.failures())  # fmt: skip
 
     def account(self, k: Keyed, manifest: Manifest, how: str, took: float) -> None:
         """Counts a hit placed from the local store, and says so with --verbose."""
@@ -173,11 +194,13 @@ class CachedLink:
             self.log.passthrough(os.path.basename(k.job.module), printed)
         self.progress.update()
 
-    def fetch_remote(self, misses: list[Keyed], first: bool) -> list[Keyed]:
+    def fetch_remote(
+        self, misses: list[Keyed], first: bool, gate: Callable[[bool], None] | None = None
+    ) -> list[Keyed]:
         """Serves from the remote tiers what they hold; returns what is still missing."""
         if self.tiers is None or not misses:
             return misses
-        return self.tiers.fetch(misses, self.served_remotely, first=first)
+        return self.tiers.fetch(misses, self.served_remotely, first=first, gate=gate)
 
     def compile(self, batch: Sequence[Keyed], claims: dict[int, Claim]) -> None:
         """Compiles ``batch``; each job is stored and its claim released as it finishes.
@@ -293,7 +316,8 @@ class CachedLink:
                                              self.store))  # fmt: skip
             self.summary.verified = self.counters.get("hits_verified", 0)
             self.summary.mismatches = self.counters.get("hit_mismatches", 0)
-        misses = self.fetch_remote(misses, first=True)
+        if not self.remote_asked:  # a warm server's child asked them already (serve_all)
+            misses = self.fetch_remote(misses, first=True)
         claims: dict[int, Claim] = {}
         try:
             mine, theirs = self.claim_all(misses, claims)

@@ -67,6 +67,10 @@ REAPI_COUNTERS = ("reapi_hits", "reapi_misses", "reapi_uploads", "reapi_bytes_do
 _MEMO = b"CDM1"  # a remote memo value: this, then the remembered text (a shard digest)
 _MEMO_SIGNED = b"CDM2"  # the same, then an HMAC-SHA256 tag (32 bytes) of its key and text
 _HEX = frozenset("0123456789abcdef")
+#: The remotes a warm server's child found failing in its attempt at this link, as
+#: Tiers.failures() puts them: set by cached-dist-client (serve/client.c) for the link it then
+#: does itself, which skips them with the warning the child would have given.
+FAILED_ENV = "CACHED_DIST_FAILED_REMOTES"
 
 
 def _is_memo_text(text: str) -> bool:
@@ -135,7 +139,8 @@ def output_roles(k: Keyed) -> dict[str, str]:
 
 
 class Remote:
-    """One configured remote, opened on first use; ``failed`` once it erred in this link."""
+    """One configured remote, opened on first use; ``failed``: why, once it erred in this
+    link."""
 
     __slots__ = ("_headers", "_secret", "backend", "failed", "reapi", "url")
 
@@ -144,7 +149,7 @@ class Remote:
 
         self.url = redact(url)
         self.backend: Tier | None = None
-        self.failed = False
+        self.failed = ""
         self.reapi = scheme(url) in REAPI_SCHEMES
         # REAPI URLs carry no password (their keys are headers): no urllib.parse for them
         self._secret = "" if self.reapi else _password(url)
@@ -224,6 +229,10 @@ class Tiers:
         self._uploader: threading.Thread | None = None
         self._renewer: threading.Thread | None = None
         self._stop = threading.Event()
+        for line in os.environ.pop(FAILED_ENV, "").splitlines():
+            index, _, message = line.partition("\t")
+            if index.isdigit() and int(index) < len(self.remotes) and message:
+                self._fail(self.remotes[int(index)], message)
 
     # -- remotes --------------------------------------------------------------------------
 
@@ -251,7 +260,7 @@ class Tiers:
         with self._lock:
             if remote.failed:
                 return
-            remote.failed = True
+            remote.failed = message or "failed"
             self.counters["remote_errors"] += 1
         self.log.warn(f"remote {remote.url}: {message}; continuing without it")
 
@@ -277,24 +286,28 @@ class Tiers:
         on_hit: Callable[[Keyed, int, dict[str, Any]], None],
         *,
         first: bool,
+        gate: Callable[[bool], None] | None = None,
     ) -> list[Keyed]:
         """Serves what the remotes hold (one batch per remote); returns what is still missing.
 
         Each value is decoded (every byte re-hashed, the key it names compared with the one
-        asked for) before its outputs are written, and the hits are promoted into the local
+        asked for) before any output is written, and the hits are promoted into the local
         store in one batch. ``on_hit(k, bytes, the entry's metadata)`` accounts each hit;
         ``first`` counts the rest as remote misses (later polls, for keys another machine
-        compiles, do not)."""
+        compiles, do not). ``gate(every miss found)`` is called once every remote has
+        answered, before anything is written: a warm server's child commits to the link there
+        or hands it back (serve/handoff.py)."""
         from store import entry
 
         pending = [k for k in misses if k.key is not None]
-        served: set[int] = set()
+        found: list[tuple[int, Keyed, bytes, dict[str, tuple[str, bytes]], dict[str, Any]]] = []
+        have: set[int] = set()
+        started = time.monotonic()
         for i, remote in enumerate(self.remotes):
-            todo = [k for k in pending if k.job.index not in served]
+            todo = [k for k in pending if k.job.index not in have]
             backend = self._backend(i) if todo else None
             if backend is None:
                 continue
-            started = time.monotonic()
             try:
                 if remote.reapi:
                     self._describe(backend, todo)
@@ -302,7 +315,7 @@ class Tiers:
             except Exception as e:  # a remote problem never fails the link
                 self._fail(remote, _describe(e, remote))
                 continue
-            promote: list[tuple[str, bytes]] = []
+            hits = len(found)
             for k, value in zip(todo, values, strict=True):
                 if value is None:
                     continue
@@ -316,27 +329,44 @@ class Tiers:
                 except entry.Refused as refused:
                     self._refused(remote, key, refused.reason)
                     continue
-                if not self._write_outputs(roles, outputs):
-                    self.contested.add(key)
-                    continue
-                promote.append((key, value))
-                served.add(k.job.index)
-                self.counters["remote_hits"] += 1
-                self.tier_hits[i] += 1
-                if remote.reapi:
-                    self.counters["reapi_hits"] += 1
-                    self.counters["reapi_bytes_downloaded"] += len(value)
-                if self.log.verbose:
-                    took = 1000 * (time.monotonic() - started)
-                    self.log.detail(f"hit  {key} {k.job.module}: remote ({remote.url}), "
-                                    f"{took:.1f} ms")  # fmt: skip
-                on_hit(k, sum(len(data) for _, data in outputs.values()), meta)
-            self.promote(promote)  # the next link hits locally
+                found.append((i, k, value, outputs, meta))
+                have.add(k.job.index)
             if remote.reapi and first:
-                self.counters["reapi_misses"] += len(todo) - len(promote)
+                self.counters["reapi_misses"] += len(todo) - (len(found) - hits)
+        if gate is not None:
+            gate(len(have) == len(misses))
+        promote: list[tuple[str, bytes]] = []
+        served: set[int] = set()
+        for i, k, value, outputs, meta in found:
+            key = k.key  # type: ignore[assignment]
+            if not self._write_outputs(output_roles(k), outputs):
+                self.contested.add(key)
+                continue
+            promote.append((key, value))
+            served.add(k.job.index)
+            self.counters["remote_hits"] += 1
+            self.tier_hits[i] += 1
+            remote = self.remotes[i]
+            if remote.reapi:
+                self.counters["reapi_hits"] += 1
+                self.counters["reapi_bytes_downloaded"] += len(value)
+            if self.log.verbose:
+                took = 1000 * (time.monotonic() - started)
+                self.log.detail(f"hit  {key} {k.job.module}: remote ({remote.url}), "
+                                f"{took:.1f} ms")  # fmt: skip
+            on_hit(k, sum(len(data) for _, data in outputs.values()), meta)
+        if promote:
+            self.promote(promote)  # the next link hits locally
         if first:
             self.counters["remote_misses"] += len(pending) - len(served)
         return [k for k in misses if k.job.index not in served]
+
+    def failures(self) -> str:
+        """The remotes that failed in this link, a line each (index, tab, message): what a
+        warm server's child hands back with a link it cannot serve, so that the client's own
+        run does not wait for them again (``FAILED_ENV``)."""
+        return "\n".join(f"{i}\t{' '.join(remote.failed.split())[:500]}"
+                         for i, remote in enumerate(self.remotes) if remote.failed)  # fmt: skip
 
     def _refused(self, remote: Remote, key: str, reason: str) -> None:
         """Accounts a value the link cannot use (a miss): counted by why, and its key

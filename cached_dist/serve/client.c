@@ -16,6 +16,10 @@
  *                     the client gives up: a full queue or a stuck server never hangs a link)
  *   client -> server  'D' with fds 0, 1, 2 and the working directory attached (SCM_RIGHTS)
  *                     'F'                     not a full hit, or cannot serve: run CACHED_DIST
+ *                     'E' + u32 length + text  the same, and the remotes that failed in the
+ *                                              child's attempt (a line each), passed to
+ *                                              CACHED_DIST in CACHED_DIST_FAILED_REMOTES so
+ *                                              that it does not wait for them again
  *                     'R'                     a full hit, about to write outputs: 'G' to go
  *   client -> server  'G'                     (sent only by a client still waiting)
  *   server -> client  'S' + status byte       done: exit with it
@@ -53,6 +57,8 @@ extern char **environ;
 static volatile pid_t child_pid; /* the server's child serving this link, once known */
 static int no_server;            /* connect found no server listening: start one (above) */
 #define AUTOSTART "CACHED_DIST_AUTOSTART"
+#define FAILED_REMOTES "CACHED_DIST_FAILED_REMOTES" /* cached_dist/link/tiers.py FAILED_ENV */
+#define MAX_FAILED 65536u                            /* longer: not passed on */
 
 /* The signals a child is sent when this process gets them, unless this process ignores them
  * (as under nohup): then it ignores them as cached-dist would have, and so does the child. */
@@ -235,6 +241,21 @@ static int send_descriptors(int s) {
     return sent == 1 ? 0 : -1;
 }
 
+/* 'E': the remotes the child found failing, for the link run here (see the protocol above). */
+static void pass_on_failed(int s) {
+    uint32_t len;
+    if (read_exact(s, &len, 4, -1) || len == 0 || len > MAX_FAILED)
+        return;
+    char *text = malloc(len + 1);
+    if (!text)
+        return;
+    if (!read_exact(s, text, len, -1) && !memchr(text, 0, len)) {
+        text[len] = 0;
+        setenv(FAILED_REMOTES, text, 1);
+    }
+    free(text);
+}
+
 /* The whole exchange; returns the link's exit status, or -1 to run the link here. */
 static int through_server(int argc, char **argv) {
     char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
@@ -278,9 +299,12 @@ static int through_server(int argc, char **argv) {
         if (original[i].sa_handler != SIG_IGN)
             signal(FORWARDED[i], forward);
     char reply[2];
-    if (read_exact(s, reply, 1, -1) || reply[0] != 'R' || write_all(s, "G", 1, -1) ||
+    int lost = read_exact(s, reply, 1, -1);
+    if (!lost && reply[0] == 'E')
+        pass_on_failed(s);
+    if (lost || reply[0] != 'R' || write_all(s, "G", 1, -1) ||
         read_exact(s, reply, 2, -1) || reply[0] != 'S') {
-        close(s); /* 'F', or the child died: the link is done here, from the start */
+        close(s); /* 'F' or 'E', or the child died: the link is done here, from the start */
         child_pid = 0;
         return -1;
     }
@@ -296,6 +320,7 @@ int main(int argc, char **argv) {
     }
     read_dispositions();
     unsetenv(AUTOSTART); /* only this client says it, and never to a server's child */
+    unsetenv(FAILED_REMOTES); /* only a child's 'E' says it */
     int status = through_server(argc, argv);
     if (status >= 0)
         return status;

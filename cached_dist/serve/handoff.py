@@ -1,6 +1,7 @@
 """The moment a server's child commits to a link, or hands it back to the client.
 
-A child serves a link only when every job is a hit in the local cache. Until it knows, it
+A child serves a link only when every job is a hit in the local cache or the remote tiers
+(fetched and checked first: cached_dist/link/cached.py serve_all). Until it knows, it
 writes nothing the link could see (no outputs; what it would print is held back), so the
 client can still do the whole link itself. :meth:`Handoff.commit` is called by the link at
 that point (cached_dist/link/cached.py): not a full hit, or a client that has given up, and
@@ -22,8 +23,9 @@ if TYPE_CHECKING:
 
 
 class FallBack(BaseException):
-    """The client is to do the link itself. A BaseException: no ``except Exception`` on the
-    way (a link's own error handling) may turn it into an error message."""
+    """The client is to do the link itself (args: why, and optionally the remotes that failed
+    in the attempt). A BaseException: no ``except Exception`` on the way (a link's own error
+    handling) may turn it into an error message."""
 
 
 class Handoff:
@@ -42,13 +44,16 @@ class Handoff:
         self._held = (_Held(sys.stdout), _Held(sys.stderr))
         sys.stdout, sys.stderr = self._held  # until committed
 
-    def commit(self, full_hit: bool, why: str = "not a full hit from the local cache") -> None:
-        """Raises FallBack(why) unless ``full_hit`` and the client still waits; then lets the
-        link write (and prints what it held back)."""
+    def commit(
+        self, full_hit: bool, why: str = "not a full hit from the local cache", failed: str = ""
+    ) -> None:
+        """Raises FallBack(why, failed) unless ``full_hit`` and the client still waits; then
+        lets the link write (and prints what it held back). ``failed``: the remotes that failed
+        in this attempt (link/tiers.py Tiers.failures), passed on to the client."""
         if self.committed:
             return
         if not full_hit:
-            raise FallBack(why)
+            raise FallBack(why, failed)
         try:
             self.conn.sendall(b"R")
             go = self.conn.recv(1)

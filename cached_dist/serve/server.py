@@ -9,8 +9,9 @@ spare once that link is over, its linker too, or at once if another connection w
 changed on disk since it started (else it hands the link back and the server exits). The
 child becomes the client's process in all that a link can see (standard streams, working
 directory, environment, umask, signal dispositions), provided the client shares its mount
-namespace and root, and runs the ordinary link code with a :class:`Handoff`: a full hit is
-served, anything else handed back before any output is written (see client.c).
+namespace and root, and runs the ordinary link code with a :class:`Handoff`: a full hit (from
+the local store, or with the remote tiers) is served, anything else handed back before any
+output is written (see client.c).
 """
 
 from __future__ import annotations
@@ -51,9 +52,14 @@ PRELOAD = (
     "store.blobs", "store.rows", "store.tally", "store.manifest", "store.fsutil",
     "store.index", "store.jsonload", "store.problems", "procs.forked", "store.placing",
     "store.pack", "store.zstd", "cached_dist.jobfile.writes", "cached_dist.serve.early",
-    # A link with --remote-storage: threading, then the URLs' parsing (~4.5 ms), before the
-    # child finds whether the local cache has every job (a remote fetch is handed back).
-    "cached_dist.link.tiers", "store.remote", "urllib.parse",
+    # A link with --remote-storage: threading, then the URLs' parsing (~4.5 ms); and what a
+    # full hit fetched from a remote tier takes: its client (a host name's codec), the
+    # entries' decoding, the index asked for what the row files do not hold, the promotion
+    # written behind the link.
+    "cached_dist.link.tiers", "store.remote", "urllib.parse", "store.entry",
+    "store.remote.redis", "store.remote.resp", "store.remote.http", "store.remote.shards",
+    "store.remote.reapi", "store.remote.reapi_lookup", "encodings.idna", "store.dbopen",
+    "store.behind", "procs.detached",
 )  # fmt: skip
 REQUEST_TIMEOUT = 5.0  # seconds a connected client has to send its request
 HEADER = struct.Struct("<4sI")
@@ -566,8 +572,9 @@ def _serve_link(
     except FallBack as e:
         if handoff is not None:
             handoff.discard()
-        with contextlib.suppress(OSError):
-            conn.sendall(b"F")
+        failed = os.fsencode(e.args[1]) if len(e.args) > 1 else b""
+        with contextlib.suppress(OSError):  # see client.c: "E" names remotes not to wait for
+            conn.sendall(b"E" + struct.pack("<I", len(failed)) + failed if failed else b"F")
         why = e.args[0] if e.args else "not served"
         return f"handed back {argv[-1] if argv else '?'}: {why}", -1, handoff
     except (OSError, ValueError) as e:
