@@ -19,9 +19,13 @@ hit served by the REAPI tier against a local full hit.
    made. Machine B's local store, fresh each round, is either absent or one that has seen
    this compiler but never lua (it linked a small generated program): the latter is the
    Redis section's comparable row, and a redis-server on loopback (stored to by the same
-   capturing link) serves the same hit to such a store in the same rounds. With
-   ``--base REV``, REV's tree (benchmarks/serve_compare.py ``export``) serves the same
-   REAPI hits in the same interleaved rounds, side by side.
+   capturing link) serves the same hit to such a store in the same rounds. The same local,
+   REAPI and Redis hits also go through a warm server (``cached-dist serve`` and its
+   client, the default path), each against the warm server's own local hit. Before each
+   timed link its outputs are removed, as a real link's (named with its process id) do not
+   exist yet. Then the server's floor: the link's two lookup rounds sent again alone
+   (:func:`lookup_floor`). With ``--base REV``, REV's tree (benchmarks/serve_compare.py
+   ``export``) serves the same REAPI hits in the same interleaved rounds, side by side.
 3. The scale model of docs/benchmarks/cold-link.md (python3.11's link,
    results/job_times-python3.11.json) recomputed with the REAPI overhead per job.
 Results: results/reapi_link.json (lua) or results/reapi_link-leveldb.json.
@@ -45,6 +49,7 @@ from store import Store
 
 from . import lua
 from .dask_link import _program, cached_dist
+from .floor_bench import launch_server
 from .remote import LLVM_BIN, Redis, capture, stats, synthetic
 from .serve_compare import Tree
 from .sources import WORK, machine
@@ -242,6 +247,90 @@ def noop_actions(url: str, n: int) -> float:
     return seconds
 
 
+def lookup_floor(url: str, job_file: Path, cwd: Path, store: Path) -> dict[str, object]:
+    """What the server alone costs a full hit: the link's own two lookup rounds (its 33
+    GetActionResult calls at once, then one BatchReadBlobs), recorded from a REAPI hit run
+    in this process, then sent again by grpcio (C core) on a warm channel, and by the
+    link's client on a new connection as a link makes one. Nothing is decoded or written:
+    the least any client pays this server for the hit, on top of a local hit's work."""
+    import statistics
+
+    import grpc
+
+    from cached_dist.cli import main
+    from store.remote import reapi_lookup
+    from store.remote.reapi_pb import remote_execution_pb2 as re
+
+    asked: dict[str, Any] = {}
+    lookup = reapi_lookup.Lookup
+    get_results, read_blobs = lookup.get_action_results, lookup.read_blobs
+
+    def recording_results(self: Any, digests: Any, inline: Any = ()) -> Any:
+        asked["actions"], asked["inline"] = list(digests), list(inline)
+        return get_results(self, digests, inline)
+
+    def recording_blobs(self: Any, digests: Any) -> Any:
+        asked["blobs"] = list(digests)
+        return read_blobs(self, digests)
+
+    setattr(lookup, "get_action_results", recording_results)  # noqa: B010
+    setattr(lookup, "read_blobs", recording_blobs)  # noqa: B010
+    here = os.getcwd()
+    try:
+        os.chdir(cwd)
+        status = main([f"--cache-dir={store}", "--quiet", f"--remote-storage={url}", str(job_file)])
+    finally:
+        os.chdir(here)
+        setattr(lookup, "get_action_results", get_results)  # noqa: B010
+        setattr(lookup, "read_blobs", read_blobs)  # noqa: B010
+    assert status == 0 and len(asked.get("blobs", ())) == 33, asked.keys()
+
+    def digest(d: Any) -> Any:
+        return re.Digest(hash=d[0], size_bytes=d[1])
+
+    channel = grpc.insecure_channel(url)
+    base = "/build.bazel.remote.execution.v2."
+    get = channel.unary_unary(f"{base}ActionCache/GetActionResult",
+                              request_serializer=re.GetActionResultRequest.SerializeToString,
+                              response_deserializer=re.ActionResult.FromString)  # fmt: skip
+    batch, blobs = re.BatchReadBlobsRequest, re.BatchReadBlobsResponse
+    read = channel.unary_unary(f"{base}ContentAddressableStorage/BatchReadBlobs",
+                               request_serializer=batch.SerializeToString,
+                               response_deserializer=blobs.FromString)  # fmt: skip
+
+    def by_grpcio() -> float:
+        started = time.perf_counter()
+        calls = [get.future(re.GetActionResultRequest(action_digest=digest(d),
+                                                      inline_output_files=asked["inline"]))
+                 for d in asked["actions"]]  # fmt: skip
+        for call in calls:
+            call.result()
+        answer = read(batch(digests=[digest(d) for d in asked["blobs"]]))
+        assert len(answer.responses) == len(asked["blobs"])
+        return time.perf_counter() - started
+
+    def by_the_link_s_client() -> float:
+        started = time.perf_counter()
+        client = lookup(url, connect_timeout=10, timeout=10, instance_name="", headers=(),
+                        tool_version="benchmark", invocation_id="floor")  # fmt: skip
+        try:
+            client.get_action_results(asked["actions"], asked["inline"])
+            assert len(client.read_blobs(asked["blobs"])) == len(asked["blobs"])
+        finally:
+            client.close()
+        return time.perf_counter() - started
+
+    try:
+        by_grpcio()  # the channel connected
+        grpcio = [by_grpcio() for _ in range(25)]
+        ours = [by_the_link_s_client() for _ in range(25)]
+    finally:
+        channel.close()
+    return {"grpcio_warm_channel_ms": 1000 * statistics.median(grpcio),
+            "link_client_new_connection_ms": 1000 * statistics.median(ours),
+            "bytes": sum(d[1] for d in asked["blobs"])}  # fmt: skip
+
+
 def full_hit(work: Path, rounds: int, base: Tree | None = None) -> dict[str, object]:
     """lua's full hit from the REAPI tier against the local store's (and ``base``'s REAPI
     hits beside them)."""
@@ -250,6 +339,7 @@ def full_hit(work: Path, rounds: int, base: Tree | None = None) -> dict[str, obj
     byte_compile()  # like an installed package: no module compiled in a timed link
     server = Casd(work / "casd-hit")
     redis = Redis(work / "redis")
+    warm: dict[str, tuple[str, dict[str, str], Path, subprocess.Popen[bytes]]] = {}
     try:
         lua_src = lua.build(work / "lua-hit", thin=True)
         caches = work / "caches"
@@ -269,21 +359,59 @@ def full_hit(work: Path, rounds: int, base: Tree | None = None) -> dict[str, obj
         primed_misses = stats(primed)["misses"]
         empty = caches / "b"
 
-        def local_hit() -> float:
-            return timed([cached_dist(), f"--cache-dir={local}", "--quiet", str(job_file)],
-                         lua_src)  # fmt: skip
+        outputs = [lua_src / out for job in json.loads(job_file.read_text())["jobs"]
+                   for out in job["outputs"]]  # fmt: skip
+
+        def no_outputs() -> None:
+            """As a real link finds them: its outputs carry its process id, so none exists yet
+            (replacing the last round's files instead costs a remote hit, which writes them,
+            ~4 ms of freeing their blocks here; a local hit replaces hard links)."""
+            for out in outputs:
+                out.unlink(missing_ok=True)
+
+        def start_warm(tree: str, launcher: str, client: Path) -> None:
+            """A warm server of ``launcher`` on a socket of its own, and its client."""
+            sock = tempfile.mkdtemp(prefix="cds-", dir="/tmp")
+            env = {**os.environ, "CACHED_DIST_SOCKET": os.path.join(sock, "s.sock")}
+            env.pop("CACHED_DIST_NO_SERVER", None)
+            log = work / f"serve-{tree}.log"
+            warm[tree] = (str(client), env, log, launch_server(launcher, log, env))
+
+        def served(command: list[str], tree: str = "this", serves: bool = True) -> float:
+            """``command`` through a warm server's client: served by it or (``serves``
+            False: a tree whose server hands remote hits back) not."""
+            client, env, log, _ = warm[tree]
+            before = log.read_text().count(": served ")
+            time.sleep(0.05)  # the next spare forked and waiting, as between a build's links
+            seconds = timed([client, *command], lua_src, env)
+            assert log.read_text().count(": served ") == before + serves, log.read_text()
+            return seconds
+
+        def local_hit(warm: bool = False) -> Callable[[], float]:
+            def run() -> float:
+                no_outputs()
+                command = [cached_dist(), f"--cache-dir={local}", "--quiet", str(job_file)]
+                return served(command) if warm else timed(command, lua_src)
+
+            return run
 
         trips: list[float] = []
 
-        def reapi_hit(start_from: Path | None, launcher: str = cached_dist(),
-                      url: str = server.url) -> Callable[[], float]:  # fmt: skip
+        def reapi_hit(
+            start_from: Path | None, launcher: str = cached_dist(), url: str = server.url,
+            warm: bool = False, tree: str = "this",
+        ) -> Callable[[], float]:  # fmt: skip
             def run() -> float:
                 shutil.rmtree(empty, ignore_errors=True)  # outside the timed part
                 if start_from is not None:
                     shutil.copytree(start_from, empty)
+                no_outputs()
                 command = [launcher, f"--cache-dir={empty}", "--quiet",
                            f"--remote-storage={url}", str(job_file)]  # fmt: skip
-                seconds = timed(command, lua_src)
+                if warm:
+                    seconds = served(command, tree, serves=tree == "this")
+                else:
+                    seconds = timed(command, lua_src)
                 Store(empty).settle()
                 s = stats(empty)
                 compiled = s["misses"] - (primed_misses if start_from is not None else 0)
@@ -294,33 +422,66 @@ def full_hit(work: Path, rounds: int, base: Tree | None = None) -> dict[str, obj
 
             return run
 
-        local_hit()
+        local_hit()()
+        # The same hits through a warm server (`cached-dist serve` and its client: what the
+        # flags `cached-dist flags` prints give a build), which serves remote hits too.
+        here = Path(__file__).parent.parent
+        start_warm("this", cached_dist(), here / "cached_dist/serve/cached-dist-client")
+        served([cached_dist(), f"--cache-dir={local}", "--quiet", str(job_file)])
+        if base is not None:
+            start_warm("base", base.launcher, base.client)
         load = os.getloadavg()
-        configs = {"local": local_hit,
+        configs = {"local": local_hit(),
                    "REAPI tier, B has no local store": reapi_hit(None),
                    "REAPI tier, B's store has seen this compiler but never lua":
                        reapi_hit(primed),
                    "Redis tier (redis-server on loopback), the same store":
-                       reapi_hit(primed, url=redis.url)}  # fmt: skip
+                       reapi_hit(primed, url=redis.url),
+                   "warm server: local": local_hit(warm=True),
+                   "warm server: REAPI tier, B's store has seen this compiler but never lua":
+                       reapi_hit(primed, warm=True),
+                   "warm server: Redis tier, the same store":
+                       reapi_hit(primed, url=redis.url, warm=True)}  # fmt: skip
         if base is not None:
             configs[f"{base.name}: REAPI tier, B has no local store"] = reapi_hit(
                 None, base.launcher
             )
             configs[f"{base.name}: REAPI tier, B's store has seen this compiler but never lua"] = (
                 reapi_hit(primed, base.launcher))  # fmt: skip
+            configs[f"{base.name}: warm server: REAPI tier, B's store has seen this compiler "
+                    "but never lua (handed back)"] = reapi_hit(
+                primed, base.launcher, warm=True, tree="base")  # fmt: skip
         results = interleave(configs, rounds, say)
+        shutil.rmtree(empty, ignore_errors=True)
+        shutil.copytree(primed, empty)
+        floor = lookup_floor(server.url, job_file, lua_src, empty)
     finally:
+        for *_, proc in warm.values():
+            proc.terminate()
+            proc.wait(30)
         server.stop()
         redis.proc.terminate()
         redis.proc.wait(10)
     medians = {n: m.median for n, m in results.items()}
-    ratios = {n: medians[n] / medians["local"] for n in medians}
+    # Each against the local hit of its own kind: a process of its own, or the warm server.
+    ratios = {n: medians[n] / medians["warm server: local" if "warm server" in n
+                                      else "local"] for n in medians}  # fmt: skip
     shown = ", ".join(f"{n}: {1000 * medians[n]:.0f} ms ({ratios[n]:.2f}x)" for n in medians)
     say(f"full hit: {shown}; round trips {sorted(set(trips))}")
+    # The best any client could do: a local hit's work plus the server's two rounds.
+    server_ms = float(floor["grpcio_warm_channel_ms"])  # type: ignore[arg-type]
+    floor["ratio_floor"] = {kind: (1000 * medians[name] + server_ms) / (1000 * medians[name])
+                            for kind, name in (("plain", "local"),
+                                               ("warm server", "warm server: local"))}  # fmt: skip
+    say(
+        f"the server's two lookup rounds alone: {server_ms:.1f} ms by grpcio on a warm "
+        f"channel, {floor['link_client_new_connection_ms']:.1f} ms by the link's client on "
+        f"a new connection; floor ratios {floor['ratio_floor']}"
+    )
     return {"jobs": 33, "rounds": rounds, "load_average_before": load, "medians_s": medians,
             "ratios": ratios, "base": base.name if base is not None else None,
             "times_s": {n: m.times for n, m in results.items()},
-            "round_trips_per_link": sorted(set(trips))}  # fmt: skip
+            "round_trips_per_link": sorted(set(trips)), "server_floor": floor}  # fmt: skip
 
 
 def scale_model(overhead_ms: float) -> dict[str, object]:
