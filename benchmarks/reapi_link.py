@@ -365,7 +365,7 @@ def full_hit(work: Path, rounds: int, base: Tree | None = None) -> dict[str, obj
         def no_outputs() -> None:
             """As a real link finds them: its outputs carry its process id, so none exists yet
             (replacing the last round's files instead costs a remote hit, which writes them,
-            ~4 ms of freeing their blocks here; a local hit replaces hard links)."""
+            ~3 ms of freeing their blocks here; a local hit replaces hard links)."""
             for out in outputs:
                 out.unlink(missing_ok=True)
 

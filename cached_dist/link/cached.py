@@ -157,12 +157,10 @@ class CachedLink:
         """A warm server's child: goes on with the link, or hands it back (serve/handoff.py)
         with the remotes that failed in its attempt, which the client's own run skips."""
         assert self.handoff is not None
-        if self.tiers is None:
-            self.handoff.commit(full_hit and self.options.verify_hits <= 0)
-        else:
-            self.handoff.commit(full_hit and self.options.verify_hits <= 0,
-                                "not a full hit from the local cache and the remote tiers",
-                                self.tiers.failures())  # fmt: skip
+        why, failed = "not a full hit from the local cache", ""
+        if self.tiers is not None:
+            why, failed = f"{why} and the remote tiers", self.tiers.failures()
+        self.handoff.commit(full_hit and self.options.verify_hits <= 0, why, failed)
 
     def account(self, k: Keyed, manifest: Manifest, how: str, took: float) -> None:
         """Counts a hit placed from the local store, and says so with --verbose."""
