@@ -116,7 +116,7 @@ def test_a_served_link_s_job_file_enters_no_module_more_than_three_times(
         standby = None
         early_started = False
 
-        def commit(self, full_hit: bool, why: str = "") -> None:
+        def commit(self, full_hit: bool, why: str = "", failed: str = "") -> None:
             raise FallBack(why)  # not a hit (an empty cache): handed back, as a server would
 
     def link() -> None:

@@ -280,7 +280,7 @@ def test_an_early_worker_is_stopped_when_the_job_file_is_refused(in_dir: Path) -
         committed = False
         standby = None
 
-        def commit(self, full_hit: bool, why: str = "") -> None:
+        def commit(self, full_hit: bool, why: str = "", failed: str = "") -> None:
             raise AssertionError("never reached")
 
     with pytest.raises(InputError, match="also an input"):
@@ -507,7 +507,7 @@ def test_a_served_link_tells_its_standby_and_forks_no_worker(
         committed = False
         standby = ready
 
-        def commit(self, full_hit: bool, why: str = "") -> None:
+        def commit(self, full_hit: bool, why: str = "", failed: str = "") -> None:
             assert not full_hit
             raise FallBack(why)
 
@@ -543,7 +543,7 @@ def test_a_small_served_link_leaves_its_standby_untold(in_dir: Path) -> None:
         committed = False
         standby = ready
 
-        def commit(self, full_hit: bool, why: str = "") -> None:
+        def commit(self, full_hit: bool, why: str = "", failed: str = "") -> None:
             raise FallBack(why)
 
     try:
